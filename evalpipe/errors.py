@@ -1,0 +1,35 @@
+"""Errors that reach the user as one clear message and an exit code."""
+
+from __future__ import annotations
+
+
+class EvalpipeError(Exception):
+    """A failure the user can act on; the CLI prints it and exits 1."""
+
+    exit_code = 1
+
+
+class InputError(EvalpipeError):
+    """Bad input: names the file, line and field, and what was expected. Exit 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+                 field: str | None = None, expected: str | None = None):
+        self.file, self.line, self.field, self.expected = file, line, field, expected
+        where = ":".join(str(p) for p in (file, line) if p is not None)
+        parts = [where] if where else []
+        if field:
+            parts.append(f"field '{field}'")
+        parts.append(message)
+        if expected:
+            parts.append(f"expected {expected}")
+        super().__init__(": ".join(parts))
+
+
+class ModelUnavailableError(EvalpipeError):
+    """A model cannot be loaded (no network, missing file, unknown alias)."""
+
+
+class InfraError(EvalpipeError):
+    """The backend or the harness failed; samples get stop_reason infra_error."""

@@ -1,0 +1,165 @@
+"""Built-in tools and named toolsets.
+
+Every tool is bounded: numbers are checked by schema, power and fib refuse
+inputs whose results would take unbounded time or memory.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+from typing import Any, Callable
+
+from evalpipe.errors import InputError
+from evalpipe.tools.registry import Tool, ToolLimits, Toolset
+
+MAX_FIB_N = 1000
+MAX_POWER_DIGITS = 300
+
+
+def clean_number(x: float | int) -> float | int:
+    """Integral floats become ints and float noise is rounded away, so that
+    divide(10, 2) reads 5 and add(0.1, 0.2) reads 0.3."""
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            raise ValueError("result is not a finite number")
+        if x.is_integer() and abs(x) < 2**53:
+            return int(x)
+        return float(f"{x:.12g}")
+    return x
+
+
+def add(a: float, b: float) -> float:
+    return clean_number(a + b)
+
+
+def subtract(a: float, b: float) -> float:
+    return clean_number(a - b)
+
+
+def multiply(a: float, b: float) -> float:
+    return clean_number(a * b)
+
+
+def divide(a: float, b: float) -> float:
+    if b == 0:
+        raise ZeroDivisionError("division by zero")
+    return clean_number(a / b)
+
+
+def power(base: float, exponent: float) -> float:
+    if base == 0 and exponent < 0:
+        raise ZeroDivisionError("zero to a negative power")
+    if abs(base) > 1 and abs(exponent) * math.log10(abs(base)) > MAX_POWER_DIGITS:
+        raise ValueError(f"result would exceed {MAX_POWER_DIGITS} digits")
+    result = base**exponent
+    if isinstance(result, complex):
+        raise ValueError("result is not a real number")
+    return clean_number(result)
+
+
+def sqrt(x: float) -> float:
+    if x < 0:
+        raise ValueError("square root of a negative number")
+    return clean_number(math.sqrt(x))
+
+
+def fib(n: int) -> int:
+    if n > MAX_FIB_N:
+        raise ValueError(f"n must be at most {MAX_FIB_N}")
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, a + b
+    return a
+
+
+def _number_params(*names: str, kind: str = "number") -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {n: {"type": kind} for n in names},
+        "required": list(names),
+        "additionalProperties": False,
+    }
+
+
+BUILTIN_TOOLS: dict[str, Tool] = {
+    t.name: t for t in [
+        Tool("add", "Add two numbers: a + b.", _number_params("a", "b"), add),
+        Tool("subtract", "Subtract b from a: a - b.", _number_params("a", "b"), subtract),
+        Tool("multiply", "Multiply two numbers: a * b.", _number_params("a", "b"), multiply),
+        Tool("divide", "Divide a by b: a / b.", _number_params("a", "b"), divide),
+        Tool("power", "Raise base to exponent: base ** exponent.",
+             _number_params("base", "exponent"), power),
+        Tool("sqrt", "Square root of x.", _number_params("x"), sqrt),
+        Tool("fib", f"The n-th Fibonacci number (fib(0) = 0, n <= {MAX_FIB_N}).",
+             {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
+                                                       "maximum": MAX_FIB_N}},
+              "required": ["n"], "additionalProperties": False}, fib),
+    ]
+}
+
+CALCULATOR = ["add", "subtract", "multiply", "divide"]
+TOOLSETS: dict[str, list[str]] = {
+    "none": [],
+    "calculator": CALCULATOR,
+    "math": CALCULATOR + ["power", "sqrt", "fib"],
+    "search": ["search_site"],
+    "full": CALCULATOR + ["power", "sqrt", "fib", "search_site"],
+}
+
+_PY_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean"}
+
+
+def tool_from_callable(spec: str) -> Tool:
+    """A user tool from 'package.module:function'; the schema comes from type hints
+    (int, float, str, bool) and the description from the docstring."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        fn: Callable[..., Any] = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise InputError(f"cannot import tool {spec!r} ({exc})", field="tools",
+                         expected="'package.module:function'") from exc
+    props, required = {}, []
+    for name, param in inspect.signature(fn).parameters.items():
+        kind = _PY_TYPES.get(param.annotation)
+        if kind is None:
+            raise InputError(f"tool {spec!r}: parameter {name!r} has no simple type hint",
+                             field="tools", expected="int, float, str or bool annotations")
+        props[name] = {"type": kind}
+        if param.default is inspect.Parameter.empty:
+            required.append(name)
+    params = {"type": "object", "properties": props, "required": required,
+              "additionalProperties": False}
+    return Tool(fn.__name__, inspect.getdoc(fn) or fn.__name__, params, fn)
+
+
+def search_site_tool(search: Callable[[str, int], list[dict[str, Any]]], k: int) -> Tool:
+    """Retrieval offered as a tool (agentic RAG): returns the top-k chunks."""
+
+    def search_site(query: str) -> list[dict[str, Any]]:
+        return search(query, k)
+
+    params = {"type": "object", "properties": {"query": {"type": "string", "maxLength": 500}},
+              "required": ["query"], "additionalProperties": False}
+    return Tool("search_site", "Search the site's documents; returns the most relevant passages.",
+                params, search_site)
+
+
+def build_toolset(name: str, *, custom: list[str] = (), search=None, k: int = 3,
+                  limits: ToolLimits | None = None) -> Toolset:
+    """The tools of a named toolset, plus the user's own functions."""
+    if name not in TOOLSETS:
+        raise InputError(f"unknown toolset {name!r}", field="toolsets",
+                         expected=" | ".join(TOOLSETS))
+    tools: dict[str, Tool] = {}
+    for tool_name in TOOLSETS[name]:
+        if tool_name == "search_site":
+            if search is not None:
+                tools[tool_name] = search_site_tool(search, k)
+        else:
+            tools[tool_name] = BUILTIN_TOOLS[tool_name]
+    for spec in custom if name != "none" else ():
+        tool = tool_from_callable(spec)
+        tools[tool.name] = tool
+    return Toolset(tools, limits or ToolLimits())
