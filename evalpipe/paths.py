@@ -1,0 +1,14 @@
+"""Where evalpipe keeps things between runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir(*parts: str) -> Path:
+    """A folder under the user cache ($EVALPIPE_CACHE, else ~/.cache/evalpipe), created."""
+    root = Path(os.environ.get("EVALPIPE_CACHE") or Path.home() / ".cache" / "evalpipe")
+    path = root.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
