@@ -104,6 +104,7 @@ class Turn:
     decode_ms: float
     finish_reason: str
     cached: bool = False
+    request_hash: str = ""  # hash of the wire messages + tools, independent of the template
     tool_events: list[dict[str, Any]] = field(default_factory=list)
     strict_errors: list[dict[str, Any]] = field(default_factory=list)
 

@@ -104,8 +104,6 @@ TOOLSETS: dict[str, list[str]] = {
     "none": [],
     "calculator": CALCULATOR,
     "math": CALCULATOR + ["power", "sqrt", "fib"],
-    "search": ["search_site"],
-    "full": CALCULATOR + ["power", "sqrt", "fib", "search_site"],
 }
 
 _PY_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean"}
@@ -146,19 +144,14 @@ def search_site_tool(search: Callable[[str, int], list[dict[str, Any]]], k: int)
                 params, search_site)
 
 
-def build_toolset(name: str, *, custom: list[str] = (), search=None, k: int = 3,
+def build_toolset(name: str, *, custom: list[str] = (),
                   limits: ToolLimits | None = None) -> Toolset:
-    """The tools of a named toolset, plus the user's own functions."""
+    """The tools of a named toolset, plus the user's own functions (search_site is
+    added by the runner when a cell's retrieval mode is 'tool')."""
     if name not in TOOLSETS:
         raise InputError(f"unknown toolset {name!r}", field="toolsets",
                          expected=" | ".join(TOOLSETS))
-    tools: dict[str, Tool] = {}
-    for tool_name in TOOLSETS[name]:
-        if tool_name == "search_site":
-            if search is not None:
-                tools[tool_name] = search_site_tool(search, k)
-        else:
-            tools[tool_name] = BUILTIN_TOOLS[tool_name]
+    tools = {n: BUILTIN_TOOLS[n] for n in TOOLSETS[name]}
     for spec in custom if name != "none" else ():
         tool = tool_from_callable(spec)
         tools[tool.name] = tool

@@ -40,7 +40,7 @@ class Tool:
 @dataclass
 class ToolLimits:
     timeout_s: float = 5.0
-    max_result_chars: int = 2000
+    max_result_chars: int = 4000
 
 
 @dataclass
@@ -55,6 +55,9 @@ class Toolset:
             name: jsonschema.Draft202012Validator(tool.parameters)
             for name, tool in self.tools.items()
         }
+
+    def with_tools(self, *tools: Tool) -> "Toolset":
+        return Toolset({**self.tools, **{t.name: t for t in tools}}, self.limits)
 
     @property
     def names(self) -> list[str]:

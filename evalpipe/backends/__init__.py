@@ -1,0 +1,28 @@
+"""Model backends: local transformers models, recorded replies, HTTP servers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evalpipe.backends.base import Backend, GenerationSettings
+from evalpipe.errors import InputError
+
+BACKENDS = ("transformers", "replay")
+
+
+def load_backend(model: dict[str, Any]) -> Backend:
+    """A backend for one `models:` entry of the config."""
+    kind = model.get("backend", "transformers")
+    if kind == "transformers":
+        from evalpipe.backends.transformers_backend import TransformersBackend
+
+        return TransformersBackend(model["id"], dtype=model.get("dtype", "float32"))
+    if kind == "replay":
+        from evalpipe.backends.replay import ReplayBackend
+
+        return ReplayBackend(model["id"], model.get("recording", ""))
+    raise InputError(f"unknown backend {kind!r}", field="models.backend",
+                     expected=" | ".join(BACKENDS))
+
+
+__all__ = ["Backend", "GenerationSettings", "load_backend"]

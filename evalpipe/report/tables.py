@@ -1,0 +1,39 @@
+"""The score table printed at the end of a run: one row per cell."""
+
+from __future__ import annotations
+
+from typing import Any
+
+CATEGORY_ORDER = [
+    "correct", "infra_error", "malformed_call", "unknown_tool", "invalid_arguments", "turn_limit",
+    "no_tool_call", "unneeded_tool_call", "wrong_plan", "misreported_result", "retrieval_miss",
+    "misread_context", "hallucinated_answer", "wrong_answer",
+]
+
+
+def fmt_rate(metric: dict[str, Any] | None) -> str:
+    """'62.5% (10/16)' or '-' when the metric does not apply."""
+    if not metric or not metric.get("n"):
+        return "-"
+    rate, n = metric["rate"], metric["n"]
+    hits = metric.get("k", round(rate * n))
+    return f"{100 * rate:.1f}% ({hits:g}/{n})" if float(hits).is_integer() else \
+        f"{100 * rate:.1f}% (n={n})"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def score_table(scores: dict[str, Any]) -> str:
+    """Markdown: per cell, exact match, format validity, recall@k, category counts."""
+    k = scores.get("k", 3)
+    overall = [g for g in scores["groups"] if g["suite"] == "all"]
+    categories = [c for c in CATEGORY_ORDER if any(g["categories"].get(c) for g in overall)]
+    header = ["cell", "n", "exact match", "format valid", f"recall@{k}", *categories]
+    rows = [[g["cell_id"], g["n"], fmt_rate(g.get("exact")), fmt_rate(g.get("format_valid")),
+             fmt_rate(g.get(f"recall@{k}") or g.get("recall")),
+             *[g["categories"].get(c, 0) for c in categories]] for g in overall]
+    return markdown_table(header, rows)
