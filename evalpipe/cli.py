@@ -109,5 +109,22 @@ def models():
         click.echo(f"    from {', '.join(alias.wheels)}; {state}: {converted_dir(name)}")
 
 
+def _register_plugins():
+    """Commands that live beside the code they drive (report, compare, retrieve, ...)."""
+    import importlib
+
+    for module in ("evalpipe.report.cli", "evalpipe.retrieval.cli"):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        for command in getattr(mod, "COMMANDS", []):
+            main.add_command(command)
+
+
+_register_plugins()
+
 if __name__ == "__main__":
     main()
