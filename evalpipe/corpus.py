@@ -82,22 +82,41 @@ def _cut(text: str, start: int, size: int) -> int:
 
 
 def chunk_document(doc: Document, size: int = 800, overlap: int = 0) -> list[Chunk]:
+    """Chunks of at most size characters that end on a paragraph, line, sentence or
+    word boundary where one exists, with no leading or trailing whitespace.
+
+    With overlap, the next chunk starts about overlap characters before the
+    previous end, moved forward to the next word start so that no chunk begins
+    mid-word; it always starts after the previous chunk's start.
+    """
     if size <= 0 or not 0 <= overlap < size:
         raise InputError(f"chunk size {size}, overlap {overlap}", field="retrieval.chunk_size",
                          expected="size > 0 and 0 <= overlap < size")
-    chunks, start = [], 0
+    chunks: list[Chunk] = []
     text = doc.text
-    while start < len(text):
+    n = len(text)
+    start = 0
+    while start < n:
         # Skip leading whitespace so chunks start on content.
-        while start < len(text) and text[start].isspace():
+        while start < n and text[start].isspace():
             start += 1
-        if start >= len(text):
+        if start >= n:
             break
-        end = _cut(text, start, size)
+        cut = _cut(text, start, size)
+        end = cut
+        # Trailing whitespace carries no content; the next chunk starts after it anyway.
+        while end > start and text[end - 1].isspace():
+            end -= 1
         chunks.append(Chunk(f"{doc.id}#{start}-{end}", doc.id, start, end, text[start:end]))
-        if end >= len(text):
+        if cut >= n:
             break
-        start = max(end - overlap, start + 1)
+        nxt = cut
+        if overlap:
+            nxt = max(end - overlap, start + 1)
+            # Snap forward to a word start, but never past the cut.
+            while nxt < cut and not (text[nxt - 1].isspace() and not text[nxt].isspace()):
+                nxt += 1
+        start = nxt
     return chunks
 
 
