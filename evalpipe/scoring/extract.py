@@ -1,0 +1,251 @@
+"""Reading answers out of replies: numbers, don't-know phrases, number words, language.
+
+Numbers. Every number written with digits is found; the answer is the last.
+A number inside a word ("s1", "H2O", "v1.2") is not a number; a unit right
+after one ("5kg") does not hide it. Separators:
+
+- "7,006,652" and "7.006.652" (Vietnamese thousands): a separator that repeats,
+  with groups of exactly three digits after a first group of one to three, is a
+  thousands separator;
+- "7,006,652.5" / "7.006.652,5": with both kinds present, the last one is the
+  decimal mark and the other the thousands separator;
+- "7 006 652" (space, no-break space, thin space): groups of three joined;
+- a single separator followed by anything but exactly three digits is a decimal
+  mark, whichever it is: "3.14", "-3,5" (Vietnamese decimal comma), "7006652.0";
+- "1,234" / "1.234" (one separator, three digits after, one to three before,
+  no leading zero) is ambiguous: the question's language decides. In Vietnamese
+  "." groups thousands and "," is the decimal mark; elsewhere the reverse. The
+  other reading is kept as `alt` for the lenient variant.
+- anything else ("1.2.3", "12.05.2023") is read as separate numbers.
+
+Number words ("bảy triệu", "seven million", "7 triệu") are never turned into
+numbers; they raise the number_words flag.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from evalpipe.scoring.normalize import strip_diacritics, text_key
+
+_SPACES = "\u0020\u00a0\u2009\u202f"
+_NUMBER_RUN = re.compile(
+    r"(?:(?<![\w.,\-\u2212])([-\u2212]))?(?<![\w.,])"
+    r"(\d+(?:[.," + _SPACES + r"]\d+)*)"
+    r"(?:[eE]([-+]?\d+)(?!\w))?")
+_SPACE_RE = re.compile("[" + _SPACES + "]")
+_SEP_RE = re.compile(r"[.,]")
+_DECIMAL_TAIL = re.compile(r"(\d{3})([.,]\d+)")
+_DIGIT = re.compile(r"\d")
+
+
+@dataclass(frozen=True, slots=True)
+class Number:
+    value: int | float
+    alt: int | float | None  # the other reading of an ambiguous "1,234" / "1.234"
+    decimals: int  # digits written after the decimal mark
+    start: int  # offset of the match in the reply
+    end: int
+
+
+def _to_value(integer: str, fraction: str, sign: str) -> tuple[int | float, int]:
+    if not fraction:
+        value: int | float = int(integer)
+    else:
+        value = float(f"{integer}.{fraction}")
+    return (-value if sign else value), len(fraction)
+
+
+def _grouped(first: str, rest: list[str]) -> bool:
+    """first + rest form a thousands grouping: 1-3 digits, then exactly 3 each."""
+    return (1 <= len(first) <= 3 and (first[0] != "0" or first == "0")
+            and all(len(g) == 3 for g in rest))
+
+
+def _parse_piece(piece: str, sign: str, lang: str) -> list[tuple[int | float, int | float | None,
+                                                                   int]]:
+    """One run of digits with "." and "," in it -> [(value, alt, decimals)]."""
+    seps = _SEP_RE.findall(piece)
+    if not seps:
+        v, d = _to_value(piece, "", sign)
+        return [(v, None, d)]
+    groups = _SEP_RE.split(piece)
+    kinds = set(seps)
+    if len(kinds) == 2:
+        decimal = seps[-1]
+        if (all(s != decimal for s in seps[:-1]) and _grouped(groups[0], groups[1:-1])):
+            v, d = _to_value("".join(groups[:-1]), groups[-1], sign)
+            return [(v, None, d)]
+    elif len(seps) >= 2:
+        if _grouped(groups[0], groups[1:]):
+            v, d = _to_value("".join(groups), "", sign)
+            return [(v, None, d)]
+    else:
+        head, tail = groups
+        sep = seps[0]
+        if len(tail) == 3 and _grouped(head, []) and head != "0":
+            thousands, _ = _to_value(head + tail, "", sign)
+            decimal, d = _to_value(head, tail, sign)
+            thousands_sep = "." if lang == "vi" else ","
+            if sep == thousands_sep:
+                return [(thousands, decimal, 0)]
+            return [(decimal, thousands, d)]
+        v, d = _to_value(head, tail, sign)
+        return [(v, None, d)]
+    # Not a number we can read as one: its digit groups are separate numbers.
+    out = []
+    for i, g in enumerate(groups):
+        v, d = _to_value(g, "", sign if i == 0 else "")
+        out.append((v, None, d))
+    return out
+
+
+def _parse_run(run: str, sign: str, lang: str) -> list[tuple[int | float, int | float | None, int]]:
+    pieces = _SPACE_RE.split(run)
+    if len(pieces) == 1:
+        return _parse_piece(run, sign, lang)
+    out = []
+    i = 0
+    while i < len(pieces):
+        piece = pieces[i]
+        s = sign if i == 0 else ""
+        if piece.isdigit() and _grouped(piece, []):
+            joined, j = piece, i + 1
+            while j < len(pieces):
+                nxt = pieces[j]
+                if len(nxt) == 3 and nxt.isdigit():
+                    joined += nxt
+                    j += 1
+                    continue
+                if _DECIMAL_TAIL.fullmatch(nxt):
+                    joined += nxt
+                    j += 1
+                break
+            if j > i + 1:
+                out.extend(_parse_piece(joined, s, lang))
+                i = j
+                continue
+        out.extend(_parse_piece(piece, s, lang))
+        i += 1
+    return out
+
+
+def extract_numbers(text: str, lang: str = "en") -> list[Number]:
+    """Every number written with digits in a reply, in order."""
+    if not text or not _DIGIT.search(text):
+        return []
+    numbers: list[Number] = []
+    for m in _NUMBER_RUN.finditer(text):
+        sign, run, exponent = m.group(1), m.group(2), m.group(3)
+        parsed = _parse_run(run, sign, lang)
+        if exponent is not None and len(parsed) == 1:
+            value, _, _ = parsed[0]
+            value = float(value) * 10.0 ** int(exponent)
+            parsed = [(value, None, 0 if float(value).is_integer() else 15)]
+        for value, alt, decimals in parsed:
+            numbers.append(Number(value, alt, decimals, m.start(), m.end()))
+    return numbers
+
+
+def last_number(text: str, lang: str = "en") -> Number | None:
+    numbers = extract_numbers(text, lang)
+    return numbers[-1] if numbers else None
+
+
+# --- don't-know phrases ------------------------------------------------------------------
+
+ABSTAIN_PHRASES_EN = (
+    "i don't know", "i do not know", "don't know", "do not know", "dont know", "i'm not sure",
+    "i am not sure", "not sure", "no idea", "cannot find", "can't find", "could not find",
+    "couldn't find", "unable to find", "unable to determine", "cannot determine",
+    "can't determine", "could not determine", "cannot answer", "can't answer", "unable to answer",
+    "not in the provided", "not in the passages", "not in the context", "not mentioned",
+    "not provided", "not stated", "not specified", "no information", "not enough information",
+    "insufficient information", "does not contain", "doesn't contain", "do not contain",
+    "don't contain", "does not mention", "doesn't mention", "no mention", "not available",
+    "unknown", "cannot be determined", "can't be determined", "i cannot say", "i can't say",
+)
+ABSTAIN_PHRASES_VI = (
+    "không biết", "không rõ", "chưa rõ", "không chắc", "không có thông tin", "chưa có thông tin",
+    "không tìm thấy", "không thể tìm thấy", "không thấy thông tin", "không đủ thông tin",
+    "không có dữ liệu", "không thể trả lời", "không trả lời được", "không thể xác định",
+    "không xác định được", "không được đề cập", "không đề cập", "chưa được đề cập",
+    "không nêu", "không được nêu", "không có trong", "xin lỗi tôi không",
+)
+
+
+def _phrase_regex(keys) -> re.Pattern[str]:
+    keys = sorted(set(keys), key=len, reverse=True)
+    return re.compile(r"(?:^| )(" + "|".join(re.escape(k) for k in keys) + r")(?: |$)")
+
+
+_ABSTAIN_BY_KEY = {text_key(p): p for p in ABSTAIN_PHRASES_EN + ABSTAIN_PHRASES_VI}
+_ABSTAIN_BY_LOOSE = {strip_diacritics(k): p for k, p in _ABSTAIN_BY_KEY.items()}
+_ABSTAIN = _phrase_regex(_ABSTAIN_BY_KEY)
+_ABSTAIN_LOOSE = _phrase_regex(_ABSTAIN_BY_LOOSE)
+
+
+def abstain_phrase(reply_key: str) -> str | None:
+    """The don't-know phrase found in a normalised reply (see text_key), if any."""
+    m = _ABSTAIN.search(reply_key)
+    return _ABSTAIN_BY_KEY[m.group(1)] if m else None
+
+
+def abstain_phrase_loose(reply_loose_key: str) -> str | None:
+    """The same on a reply without diacritics ("khong biet"); for the lenient variant."""
+    m = _ABSTAIN_LOOSE.search(reply_loose_key)
+    return _ABSTAIN_BY_LOOSE[m.group(1)] if m else None
+
+
+# --- number words ------------------------------------------------------------------------
+
+_SCALE_WORDS = ("hundred", "thousand", "million", "billion", "trillion",
+                "trăm", "nghìn", "ngàn", "triệu", "tỷ", "tỉ")
+# Words that are also everyday words ("one", "một", "ba", "năm", "không") are left out.
+_DIGIT_WORDS = (
+    "zero", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
+    "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+    "hai", "bốn", "sáu", "bảy", "tám", "chín", "mười", "mươi",
+)
+_SCALE_RE = re.compile(r"(?:^| )(?:" + "|".join(text_key(w) for w in _SCALE_WORDS) + r")(?: |$)")
+_NUMBER_WORD_RE = re.compile(
+    r"(?:^| )(?:" + "|".join(text_key(w) for w in _SCALE_WORDS + _DIGIT_WORDS) + r")(?: |$)")
+_SCALE_AFTER_NUMBER = re.compile(
+    r"^(?:" + "|".join(text_key(w) for w in _SCALE_WORDS) + r")(?: |$)")
+
+
+def has_number_words(reply: str, reply_key: str, last: Number | None) -> bool:
+    """The reply spells its number out: number words and no digits, or a scale word
+    right after the last number ("7 million", "7 triệu")."""
+    if last is None:
+        return bool(_NUMBER_WORD_RE.search(reply_key))
+    return bool(_SCALE_AFTER_NUMBER.match(text_key(reply[last.end:last.end + 24])))
+
+
+# --- language ----------------------------------------------------------------------------
+
+# Letters that occur in Vietnamese and not in ordinary English (or French) text.
+_VI_LETTERS = "ăđơưạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹĩũõã"
+_VI_WORD = re.compile(r"\w*[" + _VI_LETTERS + _VI_LETTERS.upper() + r"]\w*")
+_VI_WORDS = frozenset(text_key(w) for w in
+    ["là", "của", "và", "có", "không", "được", "các", "những", "trong", "cho", "này", "với", "một", "người", "tôi", "bạn", "kết", "quả", "bằng", "đó", "thì", "từ", "theo", "về", "khi", "đã", "sẽ", "cũng", "như", "nên", "vì", "đây", "số"])
+_EN_WORDS = frozenset(
+    ["the", "is", "are", "was", "were", "of", "and", "to", "in", "it", "this", "that", "a", "an", "answer", "result", "i", "you", "for", "with", "not", "be", "equals", "which", "there", "from", "by", "on", "as", "at", "so", "its", "what", "sorry", "know"])
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def detect_language(reply: str, reply_key: str) -> str | None:
+    """'vi', 'en', or None when the reply has no words to tell (a bare number, a name)."""
+    if not _LETTER.search(reply):
+        return None
+    words = reply_key.split()
+    vi = sum(1 for w in words if w in _VI_WORDS)
+    vi += len(_VI_WORD.findall(reply))
+    en = sum(1 for w in words if w in _EN_WORDS)
+    if vi > en:
+        return "vi"
+    if en > vi:
+        return "en"
+    return None

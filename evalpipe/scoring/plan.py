@@ -1,0 +1,274 @@
+"""Plan match: the tool calls a model executed against a question's gold plan.
+
+Executed calls are the tool events of every turn, in order. A call that came
+back with an error (unknown tool, invalid arguments, a tool exception, a
+timeout) still counts as an attempt: it can never match a gold step (the step
+was not done), so it shows up as an extra step, a wrong tool or wrong
+arguments, and it lowers step precision. Retrying a refused call therefore
+costs plan_exact even when the retry is right: the executed plan was not the
+gold plan.
+
+Matching, in four passes over the gold steps (gold order is a topological
+order, since a "$sN" reference must name an earlier step):
+
+1. full match: same tool, same arguments. A reference "$sN" resolves to the
+   result of the executed call matched to sN; when sN has no match yet, to the
+   result sN would have had (the gold plan run with the pure built-in tools),
+   so a model that did step 1 in its head and called step 2 with the right
+   number gets step 2.
+2. name match: a gold step still open takes the first unused call of the same
+   tool: wrong_arguments.
+3. consistent: a name-matched step whose arguments agree once its references
+   resolve to the results of the calls actually matched to them (step 1 was
+   wrong, step 2 used step 1's wrong result correctly) counts as matched, so
+   one mistake is not counted twice. Its dependency is still wrong_arguments.
+4. leftovers: a gold step and an unused call of another tool pair up as
+   wrong_tool (arguments equal first, then in order); gold steps left are
+   missing_step, calls left are extra_step.
+
+Arguments compare with numeric tolerance (relative 1e-6) and text compared in
+text_key form; add and multiply accept their two operands in either order;
+the free-text query of search_site matches any non-empty query.
+
+Order: a matched step must run in a later turn than every step it references
+(calls of one reply are issued together, before any result is known).
+Otherwise: order_violation.
+
+The primary failure is the first present of wrong_tool, wrong_arguments,
+missing_step, extra_step, order_violation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalpipe.scoring.normalize import text_key
+
+REASONS = ("wrong_tool", "wrong_arguments", "missing_step", "extra_step", "order_violation")
+COMMUTATIVE = frozenset({"add", "multiply"})
+FREE_TEXT_ARGUMENTS = frozenset({("search_site", "query")})
+REL_TOL = 1e-6
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    name: str
+    arguments: Any
+    result: Any
+    ok: bool
+    turn: int
+    position: int  # index among all executed calls
+
+
+@dataclass
+class PlanResult:
+    exact: bool
+    precision: float | None  # matched calls / executed calls; None when nothing was called
+    recall: float | None  # matched steps / gold steps; None when the gold plan is empty
+    reason: str | None  # the primary failure
+    reasons: list[str] = field(default_factory=list)
+    matched: dict[str, int] = field(default_factory=dict)  # step id -> executed position
+
+
+def executed_calls(turns: list[dict[str, Any]]) -> list[Executed]:
+    out: list[Executed] = []
+    for t_index, turn in enumerate(turns):
+        for event in turn.get("tool_events") or ():
+            out.append(Executed(event.get("name", ""), event.get("arguments"), event.get("result"),
+                                not event.get("error"), t_index, len(out)))
+    return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _as_number(v: Any) -> float | None:
+    if _is_number(v):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def values_match(got: Any, want: Any) -> bool:
+    if want is _MISSING:
+        return False
+    if _is_number(want):
+        g = _as_number(got) if not isinstance(got, bool) else None
+        if g is None or not math.isfinite(g):
+            return False
+        w = float(want)
+        return g == w or abs(g - w) <= REL_TOL * max(abs(g), abs(w))
+    if isinstance(want, str):
+        if isinstance(got, str):
+            return text_key(got) == text_key(want)
+        n = _as_number(want)
+        return n is not None and values_match(got, n)
+    return got == want
+
+
+def arguments_match(name: str, got: Any, want: dict[str, Any]) -> bool:
+    if not isinstance(got, dict) or set(got) != set(want):
+        return False
+    if name in COMMUTATIVE and len(want) == 2:
+        (k1, w1), (k2, w2) = want.items()
+        if values_match(got[k1], w2) and values_match(got[k2], w1):
+            return True
+    for key, w in want.items():
+        if (name, key) in FREE_TEXT_ARGUMENTS:
+            if not (isinstance(got[key], str) and got[key].strip()):
+                return False
+        elif not values_match(got[key], w):
+            return False
+    return True
+
+
+def _refs(step: dict[str, Any]) -> list[str]:
+    return [v[1:] for v in step["arguments"].values() if isinstance(v, str) and v.startswith("$")]
+
+
+def _resolve(step: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+    return {k: results.get(v[1:], _MISSING) if isinstance(v, str) and v.startswith("$") else v
+            for k, v in step["arguments"].items()}
+
+
+_GOLD_RESULTS: dict[str, dict[str, Any]] = {}
+
+
+def gold_results(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """What each gold step returns, from the pure built-in tools; steps that need
+    another tool (search_site, a user's tool) or fail are left out. Cached."""
+    key = json.dumps(steps, sort_keys=True, default=str)
+    cached = _GOLD_RESULTS.get(key)
+    if cached is not None:
+        return cached
+    from evalpipe.tools.builtin import BUILTIN_TOOLS
+
+    results: dict[str, Any] = {}
+    for step in steps:
+        tool = BUILTIN_TOOLS.get(step["name"])
+        args = _resolve(step, results)
+        if tool is None or any(v is _MISSING for v in args.values()):
+            continue
+        try:
+            results[step["id"]] = tool.fn(**args)
+        except (ArithmeticError, TypeError, ValueError):
+            pass  # a broken gold plan is the validator's business, not the scorer's
+    if len(_GOLD_RESULTS) > 10_000:
+        _GOLD_RESULTS.clear()
+    _GOLD_RESULTS[key] = results
+    return results
+
+
+def match_plan(executed: list[Executed], gold: list[dict[str, Any]]) -> PlanResult:
+    """Compare executed calls with a gold plan (a list of steps, possibly empty)."""
+    if not gold:
+        if not executed:
+            return PlanResult(True, None, None, None)
+        return PlanResult(False, 0.0, None, "extra_step", ["extra_step"])
+
+    expected = gold_results(gold) if any(_refs(s) for s in gold) else {}
+    assigned: dict[str, int] = {}  # step id -> executed position
+    full: set[str] = set()
+    used: set[int] = set()
+
+    def actual_results() -> dict[str, Any]:
+        return {sid: executed[pos].result for sid, pos in assigned.items() if executed[pos].ok}
+
+    # 1. full matches
+    for step in gold:
+        results = dict(expected)
+        results.update(actual_results())
+        want = _resolve(step, results)
+        dep_turn = max((executed[assigned[r]].turn for r in _refs(step) if r in assigned),
+                       default=-1)
+        best = None
+        for e in executed:
+            if e.position in used or not e.ok or e.name != step["name"]:
+                continue
+            if arguments_match(e.name, e.arguments, want):
+                if e.turn > dep_turn:
+                    best = e
+                    break
+                if best is None:
+                    best = e
+        if best is not None:
+            assigned[step["id"]] = best.position
+            full.add(step["id"])
+            used.add(best.position)
+
+    # 2. name matches
+    by_name: set[str] = set()
+    for step in gold:
+        if step["id"] in assigned:
+            continue
+        for e in executed:
+            if e.position not in used and e.name == step["name"]:
+                assigned[step["id"]] = e.position
+                by_name.add(step["id"])
+                used.add(e.position)
+                break
+
+    # 3. consistent with the calls actually matched to its references
+    results = actual_results()
+    consistent: set[str] = set()
+    for step in gold:
+        sid = step["id"]
+        if (sid in by_name and _refs(step) and executed[assigned[sid]].ok
+                and arguments_match(step["name"], executed[assigned[sid]].arguments,
+                                    _resolve(step, results))):
+            consistent.add(sid)
+
+    reasons: list[str] = []
+    if by_name - consistent:
+        reasons.append("wrong_arguments")
+
+    # 4. leftovers
+    open_steps = [s for s in gold if s["id"] not in assigned]
+    spare = [e for e in executed if e.position not in used]
+    wrong_tool = 0
+    for step in list(open_steps):
+        want = _resolve(step, {**expected, **results})
+        for e in spare:
+            if isinstance(e.arguments, dict) and set(e.arguments) == set(want) and all(
+                    values_match(e.arguments[k], w) for k, w in want.items()):
+                spare.remove(e)
+                open_steps.remove(step)
+                wrong_tool += 1
+                break
+    pairs = min(len(open_steps), len(spare))
+    wrong_tool += pairs
+    open_steps, spare = open_steps[pairs:], spare[pairs:]
+    if wrong_tool:
+        reasons.insert(0, "wrong_tool")
+    if open_steps:
+        reasons.append("missing_step")
+    if spare:
+        reasons.append("extra_step")
+
+    # order: a matched step runs in a later turn than the steps it references
+    matched_ids = full | consistent
+    for step in gold:
+        sid = step["id"]
+        if sid not in assigned:
+            continue
+        turn = executed[assigned[sid]].turn
+        if any(r in assigned and executed[assigned[r]].turn >= turn for r in _refs(step)):
+            reasons.append("order_violation")
+            break
+
+    reasons = [r for r in REASONS if r in reasons]
+    n_matched = len(matched_ids)
+    precision = n_matched / len(executed) if executed else None
+    recall = n_matched / len(gold)
+    exact = not reasons and n_matched == len(gold) == len(executed)
+    return PlanResult(exact, precision, recall, reasons[0] if reasons else None, reasons,
+                      {sid: assigned[sid] for sid in matched_ids})

@@ -1,0 +1,83 @@
+"""Intervals for rates and means; percentiles for costs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+Z95 = 1.959963984540054  # the 97.5th percentile of the standard normal
+
+
+def wilson(successes: int, n: int, z: float = Z95) -> tuple[float | None, float | None]:
+    """Wilson score interval of a proportion (no continuity correction)."""
+    if n <= 0:
+        return None, None
+    p = successes / n
+    z2 = z * z
+    denom = 1 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def rate(successes: int, n: int) -> dict[str, float | int | None]:
+    """{"rate", "n", "lo", "hi"} of a proportion with its Wilson 95% interval."""
+    lo, hi = wilson(successes, n)
+    return {"rate": successes / n if n else None, "n": n, "lo": lo, "hi": hi}
+
+
+_T_CACHE: dict[int, float] = {}
+
+
+def _t975(df: int) -> float:
+    value = _T_CACHE.get(df)
+    if value is None:
+        from scipy.stats import t
+
+        value = _T_CACHE[df] = float(t.ppf(0.975, df))
+    return value
+
+
+def mean_interval(values: Sequence[float], method: str = "t", seed: int = 0,
+                  resamples: int = 2000, bounds: tuple[float, float] = (0.0, 1.0)
+                  ) -> dict[str, float | int | None]:
+    """{"rate", "n", "lo", "hi"} of a mean with a 95% interval.
+
+    method "t": Student t (deterministic, what the tables use by default);
+    "bootstrap": percentile bootstrap with a seeded generator. Intervals are
+    clipped to `bounds` (the scores averaged here live in [0, 1]). None for the
+    interval when n < 2."""
+    arr = np.asarray(values, dtype=float)
+    n = int(arr.size)
+    if n == 0:
+        return {"rate": None, "n": 0, "lo": None, "hi": None}
+    mean = float(arr.mean())
+    if n < 2:
+        return {"rate": mean, "n": n, "lo": None, "hi": None}
+    if method == "t":
+        half = _t975(n - 1) * float(arr.std(ddof=1)) / math.sqrt(n)
+        lo, hi = mean - half, mean + half
+    elif method == "bootstrap":
+        rng = np.random.default_rng(seed)
+        chunk = max(1, min(resamples, 4_000_000 // n))
+        means = []
+        done = 0
+        while done < resamples:
+            size = min(chunk, resamples - done)
+            means.append(arr[rng.integers(0, n, size=(size, n))].mean(axis=1))
+            done += size
+        lo, hi = (float(x) for x in np.percentile(np.concatenate(means), [2.5, 97.5]))
+    else:
+        raise ValueError(f"unknown interval method {method!r}; expected 't' or 'bootstrap'")
+    return {"rate": mean, "n": n, "lo": max(bounds[0], lo), "hi": min(bounds[1], hi)}
+
+
+def summary(values: Sequence[float]) -> dict[str, float | int | None]:
+    """mean, p50, p95 (linear interpolation) and n."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        return {"mean": None, "p50": None, "p95": None, "n": 0}
+    p50, p95 = np.percentile(arr, [50, 95])
+    return {"mean": float(arr.mean()), "p50": float(p50), "p95": float(p95), "n": int(arr.size)}
