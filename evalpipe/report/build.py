@@ -1,0 +1,119 @@
+"""Report data: the numbers behind every table and plot, as plain JSON-able dicts.
+
+Renderers (render.py, html.py, plots.py) only format what is built here, so
+every output format shows the same figures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evalpipe.report.load import RunData, baseline_cells, cell_facets, model_parameters
+from evalpipe.report.tables import CATEGORY_ORDER
+from evalpipe.scoring.stats import wilson
+
+# (key in group["rates"], label, is a proportion); recall@k is a mean of per-question recalls
+MAIN_METRICS = [
+    ("exact", "exact match", True),
+    ("format_valid_strict", "format valid (strict)", True),
+    ("format_valid", "format valid (lenient)", True),
+    ("plan_exact", "plan match", True),
+    ("recall@k", "recall@k", False),
+]
+ALL_RATES = ["exact", "exact_strict", "exact_lenient", "format_valid", "format_valid_strict",
+             "call_valid", "plan_exact", "recall@k", "hit@k", "mrr", "ndcg"]
+COST_FIELDS = [("prompt_tokens", "prompt tokens"), ("completion_tokens", "completion tokens"),
+               ("turns", "turns"), ("ttft_ms", "TTFT ms"), ("wall_ms", "wall ms")]
+RATIO_FIELDS = ["prompt_tokens", "completion_tokens", "ttft_ms", "wall_ms"]
+
+
+def metric_label(key: str, k: int) -> str:
+    for name, label, _ in MAIN_METRICS:
+        if name == key:
+            return label.replace("@k", f"@{k}")
+    return key.replace("@k", f"@{k}")
+
+
+def _rates(group: dict[str, Any]) -> dict[str, Any]:
+    """The rates of a group; tolerates flat groups (rates at the top level)."""
+    rates = group.get("rates")
+    if isinstance(rates, dict):
+        return rates
+    return {k: v for k, v in group.items() if isinstance(v, dict) and "rate" in v}
+
+
+def suites_of(run: RunData) -> list[str]:
+    seen: list[str] = []
+    for g in run.scores["groups"]:
+        if g["suite"] != "all" and g["suite"] not in seen:
+            seen.append(g["suite"])
+    return sorted(seen) + ["all"]
+
+
+def build_report(run: RunData) -> dict[str, Any]:
+    """{run_id, k, suites, cells, accuracy, categories, cost} (see docs/reports.md)."""
+    k = run.k
+    cells = run.cells()
+    groups = {(g["cell_id"], g["suite"]): g for g in run.scores["groups"]}
+    suites = suites_of(run)
+    bases = baseline_cells(run)
+
+    cell_rows = []
+    for c in cells:
+        params, source = model_parameters(run, c)
+        cell_rows.append({"cell_id": c, **cell_facets(run, c), "parameters": params,
+                          "parameters_source": source, "baseline": bases.get(c),
+                          "fingerprint": run.cell_info(c).get("fingerprint")})
+
+    accuracy = []
+    for c in cells:
+        for s in suites:
+            g = groups.get((c, s))
+            if g is None:
+                continue
+            rates = _rates(g)
+            accuracy.append({"cell_id": c, "suite": s, "n": g.get("n"),
+                             "n_infra": g.get("n_infra", 0),
+                             "metrics": {m: rates.get(m) for m in ALL_RATES if m in rates}})
+
+    present = set()
+    for c in cells:
+        g = groups.get((c, "all"))
+        if g:
+            present |= {cat for cat, n in g.get("categories", {}).items() if n}
+    order = [c for c in CATEGORY_ORDER if c in present] + sorted(present - set(CATEGORY_ORDER))
+    categories = []
+    for c in cells:
+        g = groups.get((c, "all"))
+        if g is None:
+            continue
+        n = g.get("n") or 0
+        counts = {cat: int(g.get("categories", {}).get(cat, 0)) for cat in order}
+        shares = {}
+        for cat, cnt in counts.items():
+            lo, hi = wilson(cnt, n)
+            shares[cat] = {"rate": cnt / n if n else None, "n": n, "lo": lo, "hi": hi,
+                           "count": cnt}
+        categories.append({"cell_id": c, "n": n, "counts": counts, "shares": shares,
+                           "subtypes": g.get("subtypes", {}), "flags": g.get("flags", {})})
+
+    cost = []
+    for c in cells:
+        g = groups.get((c, "all"))
+        if g is None:
+            continue
+        gc = g.get("cost", {})
+        row = {"cell_id": c, "baseline": bases.get(c), "n": g.get("n"),
+               "fields": {f: gc.get(f) for f, _ in COST_FIELDS},
+               "ratios": {}}
+        base = groups.get((bases.get(c), "all")) if bases.get(c) else None
+        for f in RATIO_FIELDS:
+            mine = (gc.get(f) or {}).get("mean")
+            theirs = ((base or {}).get("cost", {}).get(f) or {}).get("mean")
+            row["ratios"][f] = (mine / theirs) if (mine is not None and theirs) else None
+        cost.append(row)
+
+    return {"run_id": run.run_id, "k": k, "scorer_version": run.scores.get("scorer_version"),
+            "rescored": run.rescored, "suites": suites, "cells": cell_rows,
+            "category_order": order, "accuracy": accuracy, "categories": categories,
+            "cost": cost}

@@ -1,0 +1,230 @@
+"""Text renderers of report data: Markdown (GitHub), tidy CSV, LaTeX (booktabs), JSON."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any
+
+from evalpipe.report.build import COST_FIELDS, MAIN_METRICS, RATIO_FIELDS, metric_label
+from evalpipe.report.tables import markdown_table
+
+DASH = "-"
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def fmt_metric(m: dict[str, Any] | None, proportion: bool = True, interval: bool = True) -> str:
+    """'62.5% (10/16) [41.2, 80.1]' for a proportion, '0.625 [0.41, 0.80] n=16' for a mean."""
+    if not m or not m.get("n") or m.get("rate") is None:
+        return DASH
+    rate, n, lo, hi = m["rate"], m["n"], m.get("lo"), m.get("hi")
+    if proportion:
+        hits = round(rate * n)
+        text = f"{100 * rate:.1f}% ({hits}/{n})"
+        if interval and _num(lo) and _num(hi):
+            text += f" [{100 * lo:.1f}, {100 * hi:.1f}]"
+    else:
+        text = f"{rate:.3f}"
+        if interval and _num(lo) and _num(hi):
+            text += f" [{lo:.3f}, {hi:.3f}]"
+        text += f" n={n}"
+    return text
+
+
+def fmt_float(x: Any, digits: int = 1) -> str:
+    return f"{x:,.{digits}f}" if _num(x) else DASH
+
+
+def fmt_ratio(x: Any) -> str:
+    return f"{x:.2f}x" if _num(x) else DASH
+
+
+def _acc_lookup(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(r["cell_id"], r["suite"]): r for r in data["accuracy"]}
+
+
+def _cells(data: dict[str, Any]) -> list[str]:
+    return [c["cell_id"] for c in data["cells"]]
+
+
+def accuracy_grid(data: dict[str, Any], metric: str, proportion: bool,
+                  interval: bool = True) -> tuple[list[str], list[list[str]]]:
+    """One metric as a cell x suite grid: header and rows of formatted strings."""
+    acc = _acc_lookup(data)
+    header = ["cell", *data["suites"]]
+    rows = []
+    for c in _cells(data):
+        rows.append([c, *[fmt_metric((acc.get((c, s)) or {}).get("metrics", {}).get(metric),
+                                     proportion, interval) for s in data["suites"]]])
+    return header, rows
+
+
+def category_grid(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    order = data["category_order"]
+    header = ["cell", "n", *order]
+    rows = []
+    for r in data["categories"]:
+        cells = []
+        for cat in order:
+            sh = r["shares"][cat]
+            cells.append(f"{sh['count']} ({100 * sh['rate']:.1f}%)" if sh["rate"] is not None
+                         else DASH)
+        rows.append([r["cell_id"], str(r["n"]), *cells])
+    return header, rows
+
+
+def cost_grid(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["cell", *[label for _, label in COST_FIELDS], "baseline",
+              *[f"x {dict(COST_FIELDS)[f]}" for f in RATIO_FIELDS]]
+    rows = []
+    for r in data["cost"]:
+        vals = [fmt_float((r["fields"].get(f) or {}).get("mean"), 0 if "tokens" in f else 1)
+                for f, _ in COST_FIELDS]
+        base = r["baseline"]
+        ratios = [fmt_ratio(r["ratios"].get(f)) for f in RATIO_FIELDS]
+        rows.append([r["cell_id"], *vals, "(self)" if base == r["cell_id"] else (base or DASH),
+                     *ratios])
+    return header, rows
+
+
+# -- Markdown ----------------------------------------------------------------------------------
+
+def _md_escape(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def render_markdown(data: dict[str, Any]) -> str:
+    k = data["k"]
+    out = [f"# Report: {data['run_id']}\n",
+           f"Scorer version {data['scorer_version']}; retrieval cut-off k = {k}. "
+           "Rates are shown as `rate (hits/n) [95% interval]`: Wilson intervals for "
+           "proportions, Student t for recall (a mean of per-question recall). Samples "
+           "that failed for infrastructure reasons are kept out of every rate.\n"]
+    if data.get("rescored"):
+        out.append("_scores.json was missing: scores were computed for this report._\n")
+    for metric, _, proportion in MAIN_METRICS:
+        header, rows = accuracy_grid(data, metric, proportion)
+        out.append(f"## {metric_label(metric, k)}\n")
+        out.append(markdown_table(header, [[_md_escape(c) for c in r] for r in rows]))
+    header, rows = category_grid(data)
+    out.append("## Failure categories (suite all)\n")
+    out.append("Count and share of samples per primary category.\n")
+    out.append(markdown_table(header, [[_md_escape(c) for c in r] for r in rows]))
+    header, rows = cost_grid(data)
+    out.append("## Cost per sample (suite all, means)\n")
+    out.append("`x` columns: this cell's mean divided by the mean of its baseline, the cell "
+               "of the same model without tools and without retrieval.\n")
+    out.append(markdown_table(header, [[_md_escape(c) for c in r] for r in rows]))
+    return "\n".join(out)
+
+
+# -- CSV ---------------------------------------------------------------------------------------
+
+CSV_HEADER = ["cell_id", "suite", "metric", "value", "n", "lo", "hi"]
+
+
+def tidy_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per cell x suite x metric. Metrics: every rate (exact, format_valid, ...,
+    recall@k with k spelled out), category:<name> (share, Wilson interval),
+    cost:<field>:mean|p50|p95 and cost_ratio:<field> (vs the baseline cell); suite "all"
+    for categories and costs."""
+    k = data["k"]
+    rows = []
+    for r in data["accuracy"]:
+        for metric, m in r["metrics"].items():
+            if not m:
+                continue
+            rows.append({"cell_id": r["cell_id"], "suite": r["suite"],
+                         "metric": metric.replace("@k", f"@{k}"), "value": m.get("rate"),
+                         "n": m.get("n"), "lo": m.get("lo"), "hi": m.get("hi")})
+    for r in data["categories"]:
+        for cat, sh in r["shares"].items():
+            rows.append({"cell_id": r["cell_id"], "suite": "all", "metric": f"category:{cat}",
+                         "value": sh["rate"], "n": sh["n"], "lo": sh["lo"], "hi": sh["hi"]})
+    for r in data["cost"]:
+        for f, _ in COST_FIELDS:
+            s = r["fields"].get(f) or {}
+            for stat in ("mean", "p50", "p95"):
+                if s.get(stat) is not None:
+                    rows.append({"cell_id": r["cell_id"], "suite": "all",
+                                 "metric": f"cost:{f}:{stat}", "value": s[stat],
+                                 "n": s.get("n"), "lo": None, "hi": None})
+        for f in RATIO_FIELDS:
+            if r["ratios"].get(f) is not None:
+                rows.append({"cell_id": r["cell_id"], "suite": "all",
+                             "metric": f"cost_ratio:{f}", "value": r["ratios"][f],
+                             "n": r["n"], "lo": None, "hi": None})
+    return rows
+
+
+def render_csv(data: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_HEADER, lineterminator="\n")
+    writer.writeheader()
+    for row in tidy_rows(data):
+        writer.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) else v))
+                         for k, v in row.items()})
+    return buf.getvalue()
+
+
+# -- LaTeX -------------------------------------------------------------------------------------
+
+_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+        "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}"}
+
+
+def tex_escape(text: Any) -> str:
+    return "".join(_TEX.get(ch, ch) for ch in str(text))
+
+
+def _tex_table(caption: str, label: str, header: list[str], rows: list[list[str]],
+               note: str = "") -> str:
+    cols = "l" + "r" * (len(header) - 1)
+    lines = [r"\begin{table}[ht]", r"\centering", r"\small",
+             rf"\caption{{{tex_escape(caption)}}}", rf"\label{{tab:{label}}}",
+             r"\resizebox{\linewidth}{!}{%",
+             rf"\begin{{tabular}}{{{cols}}}", r"\toprule",
+             " & ".join(tex_escape(h) for h in header) + r" \\", r"\midrule"]
+    lines += [" & ".join(tex_escape(c) for c in row) + r" \\" for row in rows]
+    lines += [r"\bottomrule", r"\end{tabular}}"]
+    if note:
+        lines.append(rf"\par\footnotesize {tex_escape(note)}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def render_latex(data: dict[str, Any], standalone: bool = False) -> str:
+    """booktabs tables (needs \\usepackage{booktabs,graphicx}); a whole document
+    with standalone=True."""
+    k = data["k"]
+    parts = [f"% evalpipe report for run {data['run_id']}\n"
+             "% requires \\usepackage{booktabs} and \\usepackage{graphicx}\n"]
+    for metric, _, proportion in MAIN_METRICS:
+        header, rows = accuracy_grid(data, metric, proportion)
+        parts.append(_tex_table(
+            f"{metric_label(metric, k)} per cell and suite, with 95% intervals",
+            "acc-" + metric.replace("@k", "").replace("_", "-"), header, rows))
+    header, rows = category_grid(data)
+    parts.append(_tex_table("Failure categories: count (share) per cell", "categories",
+                            header, rows))
+    header, rows = cost_grid(data)
+    parts.append(_tex_table("Cost per sample (means) and ratios to the cell of the same "
+                            "model without tools and retrieval", "cost", header, rows))
+    body = "\n".join(parts)
+    if not standalone:
+        return body
+    return ("\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage[utf8]{inputenc}"
+            "\n\\usepackage{booktabs}\n\\usepackage{graphicx}\n"
+            "\\usepackage[margin=1.5cm,landscape]{geometry}\n"
+            "\\begin{document}\n" + body + "\\end{document}\n")
+
+
+# -- JSON --------------------------------------------------------------------------------------
+
+def render_json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
