@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Any, Callable
 from tqdm.auto import tqdm
 
 from evalpipe.backends import load_backend
+from evalpipe.cache import GenerationCache
 from evalpipe.config import Cell, RunConfig, stable_hash
 from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
 from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, CellRuntime, Engine
@@ -88,48 +90,101 @@ def fingerprint(cell: Cell, backend_facts: dict, toolset_schemas: list, config: 
     }, n=16)
 
 
-def execute_run(config: RunConfig, out_root: Path, *, echo: Callable[[str], None] = print,
+def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path | None = None,
+                use_cache: bool = True, echo: Callable[[str], None] = print,
                 engine: Engine | None = None) -> Path:
-    """Run every cell of the grid and score it; returns the run directory."""
-    questions = select_questions(config)
+    """Run every cell of the grid and score it; returns the run directory.
+
+    With `resume`, continue a killed run in place: samples already written are
+    kept (a torn last line is cut), and only the missing cell x question pairs run.
+    """
+    if resume is not None:
+        store = RunStore(resume)
+        manifest = store.read_json("manifest.json")
+        run_id = manifest["run_id"]
+    else:
+        run_id = new_run_id(config.name, config.hash())
+        store = RunStore(Path(out_root or "outputs") / run_id)
+        manifest = None
     cells = config.cells()
     corpus = None
     if config.corpus and any(c.retrieval["mode"] != "none" for c in cells):
         docs = load_corpus(config.corpus)
         corpus = Corpus(chunk_corpus(docs, config.chunking["size"], config.chunking["overlap"]),
                         corpus_version(docs))
-    run_id = new_run_id(config.name, config.hash())
-    store = RunStore(Path(out_root) / run_id)
-    engine = engine or Engine()
+    cache = GenerationCache() if use_cache else None
+    engine = engine or Engine(cache.generate if cache else None)
     with store:
-        manifest: dict[str, Any] = {
-            "run_id": run_id, "config": config.raw, "config_source": config.source,
-            "config_hash": config.hash(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "versions": package_versions(), "git_commit": git_commit(), "machine": machine(),
-            "corpus_version": corpus.version if corpus else None,
-            "questions": len(questions), "cells": {},
-        }
-        store.write_questions(questions)
+        if manifest is None:
+            questions = select_questions(config)
+            manifest = {
+                "run_id": run_id, "config": config.raw, "config_source": config.source,
+                "config_hash": config.hash(), "started": _now(),
+                "versions": package_versions(), "git_commit": git_commit(), "machine": machine(),
+                "corpus_version": corpus.version if corpus else None,
+                "questions": len(questions), "cells": {},
+            }
+            store.write_questions(questions)
+            done: set[tuple[str, str]] = set()
+        else:
+            questions = list(store.questions().values())
+            done = {(s["cell_id"], s["question_id"]) for s in store.read_samples(repair=True)}
+            manifest.setdefault("resumed", []).append(_now())
         store.write_json("manifest.json", manifest)
-        echo(f"run {run_id}: {len(cells)} cells x {len(questions)} questions -> {store.path}")
+        _point_latest(store.path)
+        echo(f"run {run_id}: {len(cells)} cells x {len(questions)} questions -> {store.path}"
+             + (f" (resuming: {len(done)} samples already written)" if done else ""))
         for model in config.models:
             model_cells = [c for c in cells if c.model is model]
-            if not model_cells:
+            todo = {c.id: [q for q in questions if (c.id, q.id) not in done] for c in model_cells}
+            if not any(todo.values()):
                 continue
             backend = load_backend(model)
             facts = backend.describe()
             for cell in model_cells:
                 runtime = _runtime(cell, backend, facts, config, corpus, questions)
+                recorded = manifest["cells"].get(cell.id)
+                if recorded and recorded["fingerprint"] != runtime.fingerprint:
+                    raise InputError(
+                        f"cell {cell.id} no longer matches the run (model, settings, corpus or "
+                        "questions changed since it started); start a new run instead",
+                        file=str(store.manifest_path), field="cells")
                 manifest["cells"][cell.id] = {"fingerprint": runtime.fingerprint,
-                                              "settings": runtime.settings}
+                                              "settings": runtime.settings, "model": facts}
                 store.write_json("manifest.json", manifest)
-                with tqdm(total=len(questions), desc=cell.id, unit="q", leave=True) as bar:
-                    for samples in engine.run(runtime, questions, run_id, progress=bar.update):
+                if not todo[cell.id]:
+                    continue
+                with tqdm(total=len(questions), initial=len(questions) - len(todo[cell.id]),
+                          desc=cell.id, unit="q", dynamic_ncols=True) as bar:
+                    for samples in engine.run(runtime, todo[cell.id], run_id,
+                                              group_size=max(64, 4 * config.generation.batch_size),
+                                              progress=bar.update):
                         store.append_samples(s.to_dict() for s in samples)
-        manifest["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        manifest["finished"] = _now()
+        if cache is not None:
+            manifest["cache"] = {"hits": cache.hits, "misses": cache.misses, "path": str(cache.path)}
+            echo(f"generation cache: {cache.hits} replies reused, {cache.misses} generated")
+            cache.close()
         store.write_json("manifest.json", manifest)
         score_run(store)
     return store.path
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _point_latest(run_dir: Path) -> None:
+    """outputs/latest -> the newest run (a relative symlink, replaced atomically)."""
+    link = run_dir.parent / "latest"
+    tmp = run_dir.parent / f".latest.{os.getpid()}"
+    try:
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(run_dir.name)
+        os.replace(tmp, link)
+    except OSError:
+        pass  # a file system without symlinks keeps no pointer; the run is unaffected
 
 
 def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus | None,

@@ -1,0 +1,98 @@
+"""A persistent generation cache (SQLite), so no run pays twice for a reply.
+
+The key is the model's identity (its describe() facts), the exact prompt and
+the generation settings that change outputs; batch size is left out because
+it only changes speed. Failed generations are never stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from dataclasses import asdict
+from pathlib import Path
+
+from evalpipe.backends.base import Backend, GenerationSettings
+from evalpipe.paths import cache_dir
+from evalpipe.records import Generation, ToolCall
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS generations (
+    key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL DEFAULT (julianday('now')))"""
+
+
+class GenerationCache:
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path else cache_dir() / "generations.sqlite"
+        self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(_SCHEMA)
+        self._db.commit()
+        self._lock = threading.Lock()
+        self._model_keys: dict[int, str] = {}
+        self.hits = self.misses = 0
+
+    def _model_key(self, backend: Backend) -> str:
+        if id(backend) not in self._model_keys:
+            facts = {k: v for k, v in backend.describe().items() if k != "path"}
+            self._model_keys[id(backend)] = json.dumps(facts, sort_keys=True, default=str)
+        return self._model_keys[id(backend)]
+
+    @staticmethod
+    def key(model_key: str, prompt: str, settings: GenerationSettings) -> str:
+        gen = {k: v for k, v in settings.to_dict().items() if k != "batch_size"}
+        blob = json.dumps([model_key, prompt, gen], sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def generate(self, backend: Backend, prompts: list[str],
+                 settings: GenerationSettings) -> list[Generation]:
+        """Serve what the cache holds; generate the rest in one batch and store it."""
+        model_key = self._model_key(backend)
+        keys = [self.key(model_key, p, settings) for p in prompts]
+        found = self._get_many(keys)
+        missing = [i for i, k in enumerate(keys) if k not in found]
+        out: list[Generation | None] = [None] * len(prompts)
+        for i, k in enumerate(keys):
+            if k in found:
+                out[i] = found[k]
+        if missing:
+            fresh = backend.generate([prompts[i] for i in missing], settings)
+            self._put_many([(keys[i], g) for i, g in zip(missing, fresh)
+                            if g.finish_reason != "error"])
+            for i, g in zip(missing, fresh):
+                out[i] = g
+        self.hits += len(prompts) - len(missing)
+        self.misses += len(missing)
+        return out
+
+    def _get_many(self, keys: list[str]) -> dict[str, Generation]:
+        found: dict[str, Generation] = {}
+        with self._lock:
+            for lo in range(0, len(keys), 500):
+                part = keys[lo: lo + 500]
+                rows = self._db.execute(
+                    f"SELECT key, value FROM generations WHERE key IN ({','.join('?' * len(part))})",
+                    part).fetchall()
+                for key, value in rows:
+                    data = json.loads(value)
+                    calls = data.pop("tool_calls", None)
+                    gen = Generation(**data)
+                    gen.tool_calls = [ToolCall(**c) for c in calls] if calls is not None else None
+                    gen.cached = True
+                    found[key] = gen
+        return found
+
+    def _put_many(self, items: list[tuple[str, Generation]]) -> None:
+        rows = []
+        for key, gen in items:
+            data = asdict(gen)
+            data.pop("cached")
+            rows.append((key, json.dumps(data, ensure_ascii=False)))
+        with self._lock:
+            self._db.executemany("INSERT OR REPLACE INTO generations (key, value) VALUES (?, ?)",
+                                 rows)
+            self._db.commit()
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,127 @@
+"""The agent loop on scripted replies and on a tiny model built in the test."""
+
+from __future__ import annotations
+
+import json
+
+from evalpipe.backends.base import GenerationSettings
+from evalpipe.engine import CellRuntime, Engine
+from evalpipe.formats import get_format
+from evalpipe.questions import Question
+from evalpipe.records import Generation
+from evalpipe.tools import build_toolset
+
+from conftest import ScriptedBackend
+
+Q = Question(id="p1", suite="plan", question="Tính (12 + 30) nhân 7.", answer=294, lang="vi",
+             answer_type="number",
+             gold_calls=[{"id": "s1", "name": "add", "arguments": {"a": 12, "b": 30}},
+                         {"id": "s2", "name": "multiply", "arguments": {"a": "$s1", "b": 7}}])
+
+
+TOOL_RESULT = "<user><tool_response>"  # how ScriptedBackend renders a tool result turn
+
+
+def call(name, **args):
+    return f'<tool_call>{json.dumps({"name": name, "arguments": args})}</tool_call>'
+
+
+def cell_for(backend, toolset="calculator", max_turns=5, retrieve=None):
+    return CellRuntime("m/hermes/calculator/no-rag", "fp", {"toolset": toolset}, backend,
+                       get_format("hermes"), build_toolset(toolset), GenerationSettings(),
+                       max_turns=max_turns, retrieve=retrieve)
+
+
+def run_one(backend, **kw):
+    (samples,) = list(Engine().run(cell_for(backend, **kw), [Q], "run"))
+    return samples[0]
+
+
+def test_multi_turn_plan_feeds_tool_results_back():
+    def reply(prompt):
+        if TOOL_RESULT not in prompt:
+            return "I will add first. " + call("add", a=12, b=30)
+        if prompt.count(TOOL_RESULT) == 1:
+            return call("multiply", a=42, b=7)
+        return "Kết quả là 294."
+
+    sample = run_one(ScriptedBackend(reply))
+    assert sample.stop_reason == "answered"
+    assert sample.final_answer == "Kết quả là 294."
+    events = [e for t in sample.turns for e in t["tool_events"]]
+    assert [(e["name"], e["result"]) for e in events] == [("add", 42), ("multiply", 294)]
+    roles = [m["role"] for m in sample.messages]
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
+    tool_msgs = [m for m in sample.messages if m["role"] == "tool"]
+    assert tool_msgs[0]["tool_call_id"] == sample.messages[2]["tool_calls"][0]["id"]
+    assert len(sample.turns) == 3
+
+
+def test_turn_limit_ends_a_loop_that_never_answers():
+    sample = run_one(ScriptedBackend(lambda p: call("add", a=1, b=1)), max_turns=3)
+    assert sample.stop_reason == "turn_limit"
+    assert len(sample.turns) == 3
+    assert sample.final_answer == ""
+
+
+def test_bad_calls_become_tool_errors_not_crashes():
+    replies = iter([call("rm_rf", path="/") + call("add", a="x", b=1), "Không biết."])
+    sample = run_one(ScriptedBackend(lambda p: next(replies)))
+    errors = [e["error"] for e in sample.turns[0]["tool_events"]]
+    assert errors == ["unknown_tool", "invalid_arguments"]
+    assert "unknown tool" in sample.messages[3]["content"]
+    assert sample.stop_reason == "answered"
+
+
+def test_unparseable_call_gets_format_feedback_and_a_second_chance():
+    replies = iter(['<tool_call>{"name": "add", "arguments": </tool_call>', "294"])
+    sample = run_one(ScriptedBackend(lambda p: next(replies)))
+    assert sample.turns[0]["parse_errors"][0]["kind"] == "not_json"
+    assert sample.messages[3]["role"] == "user" and sample.messages[3].get("format_feedback")
+    assert sample.final_answer == "294"
+
+
+def test_backend_failure_is_an_infra_error():
+    backend = ScriptedBackend(lambda p: Generation("", finish_reason="error", error="boom"))
+    sample = run_one(backend)
+    assert sample.stop_reason == "infra_error" and sample.error == "boom"
+
+
+def test_reasoning_is_kept_apart_from_the_answer():
+    sample = run_one(ScriptedBackend(lambda p: "<think>42 * 7</think>294"))
+    assert sample.final_answer == "294" and sample.reasoning == "42 * 7"
+
+
+def test_prepend_retrieval_puts_chunks_in_the_system_prompt():
+    chunk = {"chunk_id": "a.md#0-10", "doc": "a.md", "start": 0, "end": 10, "rank": 1,
+             "score": 1.5, "text": "Máy chủ Ong Chúa có 64 GB RAM."}
+    sample = run_one(ScriptedBackend(lambda p: "64"), retrieve=lambda q, k: [chunk])
+    assert "Ong Chúa" in sample.messages[0]["content"]
+    assert sample.retrieved[0]["source"] == "prepend" and sample.retrieved[0]["doc"] == "a.md"
+
+
+def test_batches_advance_together_and_finished_rows_drop_out():
+    backend = ScriptedBackend(lambda p: call("add", a=1, b=2) if TOOL_RESULT not in p
+                              and "12 + 30" in p else "3")
+    other = Question(id="c1", suite="control", question="Say hi", answer="hi")
+    (samples,) = list(Engine().run(cell_for(backend), [Q, other], "run"))
+    assert [s.question_id for s in samples] == ["p1", "c1"]
+    assert len(samples[0].turns) == 2 and len(samples[1].turns) == 1
+    assert backend.calls == 3  # 2 prompts in turn 0, only the unfinished one in turn 1
+
+
+def test_tiny_model_runs_through_the_real_backend(tiny_model_dir):
+    from evalpipe.backends.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(str(tiny_model_dir))
+    cell = cell_for(backend, max_turns=2)
+    cell.generation = GenerationSettings(max_new_tokens=8, batch_size=2)
+    qs = [Q, Question(id="c1", suite="control", question="Say hi", answer="hi")]
+    (samples,) = list(Engine().run(cell, qs, "run"))
+    for s in samples:
+        assert s.stop_reason in {"answered", "length", "turn_limit"}
+        turn = s.turns[0]
+        assert turn["prompt_tokens"] > 0 and 0 < turn["completion_tokens"] <= 8
+        assert turn["prefill_ms"] > 0
+    again = list(Engine().run(cell, qs, "run"))[0]
+    assert [s.final_answer for s in again] == [s.final_answer for s in samples]  # greedy

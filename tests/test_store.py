@@ -1,0 +1,54 @@
+"""The run store: whole records, torn last lines, a single writer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from evalpipe.errors import InputError
+from evalpipe.store import RunLockedError, RunStore
+
+
+def test_torn_last_line_is_dropped_and_cut_on_repair(tmp_path):
+    store = RunStore(tmp_path)
+    store.append_samples([{"question_id": "a"}, {"question_id": "b"}])
+    with open(store.samples_path, "a") as f:
+        f.write('{"question_id": "c", "turns": [')  # killed mid-write
+    assert [r["question_id"] for r in store.read_samples()] == ["a", "b"]
+    store.read_samples(repair=True)
+    store.append_samples([{"question_id": "c"}])
+    assert [r["question_id"] for r in store.read_samples()] == ["a", "b", "c"]
+
+
+def test_corruption_before_the_last_line_is_an_error(tmp_path):
+    store = RunStore(tmp_path)
+    store.samples_path.write_text('{"a": 1}\nnot json\n{"b": 2}\n')
+    with pytest.raises(InputError) as err:
+        store.read_samples()
+    assert err.value.line == 2
+
+
+def test_a_second_writer_is_refused(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from evalpipe.store import RunStore; "
+         f"s = RunStore({str(tmp_path)!r}); s.lock(); print('locked', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunLockedError, match="refusing a second writer"):
+            RunStore(tmp_path).lock()
+    finally:
+        holder.kill()
+        holder.wait()
+    with RunStore(tmp_path):  # free again once the holder is gone
+        pass
+
+
+def test_json_files_are_replaced_whole(tmp_path):
+    store = RunStore(tmp_path)
+    store.write_json("scores.json", {"a": 1})
+    assert json.loads((tmp_path / "scores.json").read_text()) == {"a": 1}
+    assert not list(tmp_path.glob(".*.tmp"))
