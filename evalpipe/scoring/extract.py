@@ -230,9 +230,13 @@ def has_number_words(reply: str, reply_key: str, last: Number | None) -> bool:
 _VI_LETTERS = "ăđơưạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹĩũõã"
 _VI_WORD = re.compile(r"\w*[" + _VI_LETTERS + _VI_LETTERS.upper() + r"]\w*")
 _VI_WORDS = frozenset(text_key(w) for w in
-    ["là", "của", "và", "có", "không", "được", "các", "những", "trong", "cho", "này", "với", "một", "người", "tôi", "bạn", "kết", "quả", "bằng", "đó", "thì", "từ", "theo", "về", "khi", "đã", "sẽ", "cũng", "như", "nên", "vì", "đây", "số"])
+    ["là", "của", "và", "có", "không", "được", "các", "những", "trong", "cho", "này", "với",
+     "một", "người", "tôi", "bạn", "kết", "quả", "bằng", "đó", "thì", "từ", "theo", "về",
+     "khi", "đã", "sẽ", "cũng", "như", "nên", "vì", "đây", "số"])
 _EN_WORDS = frozenset(
-    ["the", "is", "are", "was", "were", "of", "and", "to", "in", "it", "this", "that", "a", "an", "answer", "result", "i", "you", "for", "with", "not", "be", "equals", "which", "there", "from", "by", "on", "as", "at", "so", "its", "what", "sorry", "know"])
+    ["the", "is", "are", "was", "were", "of", "and", "to", "in", "it", "this", "that", "a",
+     "an", "answer", "result", "i", "you", "for", "with", "not", "be", "equals", "which",
+     "there", "from", "by", "on", "as", "at", "so", "its", "what", "sorry", "know"])
 _LETTER = re.compile(r"[^\W\d_]")
 
 

@@ -18,13 +18,13 @@ order, since a "$sN" reference must name an earlier step):
    number gets step 2.
 2. name match: a gold step still open takes the first unused call of the same
    tool: wrong_arguments.
-3. consistent: a name-matched step whose arguments agree once its references
-   resolve to the results of the calls actually matched to them (step 1 was
-   wrong, step 2 used step 1's wrong result correctly) counts as matched, so
-   one mistake is not counted twice. Its dependency is still wrong_arguments.
-4. leftovers: a gold step and an unused call of another tool pair up as
+3. leftovers: a gold step and an unused call of another tool pair up as
    wrong_tool (arguments equal first, then in order); gold steps left are
    missing_step, calls left are extra_step.
+4. consistent: a name-matched step whose arguments agree once its references
+   resolve to the results of the calls actually paired with them (step 1 was
+   wrong, step 2 used step 1's wrong result correctly) counts as matched, so
+   one mistake is not counted twice. Step 1 still fails the plan.
 
 Arguments compare with numeric tolerance (relative 1e-6) and text compared in
 text_key form; add and multiply accept their two operands in either order;
@@ -217,7 +217,29 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]]) -> PlanResu
                 used.add(e.position)
                 break
 
-    # 3. consistent with the calls actually matched to its references
+    # 3. a leftover step and a leftover call of another tool: wrong_tool
+    #    (equal arguments first, then in order)
+    open_steps = [s for s in gold if s["id"] not in assigned]
+    spare = [e for e in executed if e.position not in used]
+    wrong_tool: list[tuple[dict[str, Any], Executed]] = []
+    results = {**expected, **actual_results()}
+    for step in list(open_steps):
+        want = _resolve(step, results)
+        for e in spare:
+            if isinstance(e.arguments, dict) and set(e.arguments) == set(want) and all(
+                    values_match(e.arguments[k], w) for k, w in want.items()):
+                wrong_tool.append((step, e))
+                spare.remove(e)
+                open_steps.remove(step)
+                break
+    pairs = min(len(open_steps), len(spare))
+    wrong_tool += list(zip(open_steps[:pairs], spare[:pairs]))
+    open_steps, spare = open_steps[pairs:], spare[pairs:]
+    for step, e in wrong_tool:
+        assigned[step["id"]] = e.position
+        used.add(e.position)
+
+    # 4. name-matched steps consistent with the calls actually assigned to their references
     results = actual_results()
     consistent: set[str] = set()
     for step in gold:
@@ -228,27 +250,10 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]]) -> PlanResu
             consistent.add(sid)
 
     reasons: list[str] = []
+    if wrong_tool:
+        reasons.append("wrong_tool")
     if by_name - consistent:
         reasons.append("wrong_arguments")
-
-    # 4. leftovers
-    open_steps = [s for s in gold if s["id"] not in assigned]
-    spare = [e for e in executed if e.position not in used]
-    wrong_tool = 0
-    for step in list(open_steps):
-        want = _resolve(step, {**expected, **results})
-        for e in spare:
-            if isinstance(e.arguments, dict) and set(e.arguments) == set(want) and all(
-                    values_match(e.arguments[k], w) for k, w in want.items()):
-                spare.remove(e)
-                open_steps.remove(step)
-                wrong_tool += 1
-                break
-    pairs = min(len(open_steps), len(spare))
-    wrong_tool += pairs
-    open_steps, spare = open_steps[pairs:], spare[pairs:]
-    if wrong_tool:
-        reasons.insert(0, "wrong_tool")
     if open_steps:
         reasons.append("missing_step")
     if spare:

@@ -75,7 +75,8 @@ def make_sample(question: Question, final_answer: str = "", *,
     turns: list[dict[str, Any]] = []
     for index, spec in enumerate(steps):
         if isinstance(spec, dict):
-            turn = _turn(index, spec.get("raw", "<tool_call>"), **spec)
+            fields = {k: v for k, v in spec.items() if k != "raw"}
+            turn = _turn(index, spec.get("raw", "<tool_call>"), **fields)
             turns.append(turn)
             messages.append({"role": "assistant", "content": turn["raw"]})
             continue
