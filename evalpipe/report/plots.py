@@ -1,0 +1,230 @@
+"""PNG plots of report data (matplotlib, headless Agg backend).
+
+Needs the `report` extra (matplotlib). Every function takes the dict from
+build.build_report and returns PNG bytes, or None when the plot has nothing to
+show (e.g. no cell has a known parameter count).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from evalpipe.errors import EvalpipeError
+
+# one colour per category, stable across plots and runs
+CATEGORY_COLOURS = {
+    "correct": "#2e7d32", "infra_error": "#616161", "malformed_call": "#c62828",
+    "unknown_tool": "#ad1457", "invalid_arguments": "#6a1b9a", "turn_limit": "#4527a0",
+    "no_tool_call": "#1565c0", "unneeded_tool_call": "#0277bd", "wrong_plan": "#ef6c00",
+    "misreported_result": "#f9a825", "retrieval_miss": "#00838f",
+    "misread_context": "#4db6ac", "hallucinated_answer": "#8d6e63", "wrong_answer": "#bdbdbd",
+}
+
+
+def _plt():
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise EvalpipeError("plots need matplotlib: pip install 'evalpipe[report]'") from None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def _config_of(cell: dict[str, Any]) -> str:
+    """A cell's settings without the model: what a size curve connects."""
+    cid = cell["cell_id"]
+    parts = cid.rsplit("/", 3)
+    return "/".join(parts[1:]) if len(parts) == 4 else cid
+
+
+def _exact(data: dict[str, Any], cell_id: str, suite: str) -> dict[str, Any] | None:
+    for r in data["accuracy"]:
+        if r["cell_id"] == cell_id and r["suite"] == suite:
+            m = r["metrics"].get("exact")
+            return m if m and m.get("n") and m.get("rate") is not None else None
+    return None
+
+
+def _err(m: dict[str, Any]) -> tuple[float, float]:
+    lo = m.get("lo") if m.get("lo") is not None else m["rate"]
+    hi = m.get("hi") if m.get("hi") is not None else m["rate"]
+    return m["rate"] - lo, hi - m["rate"]
+
+
+def human(n: float) -> str:
+    """135M, 1.5B"""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def _scale_x(ax, values: list[float], ticks_at_values: bool = False) -> None:
+    """Log scale when the values span more than 10x, else linear; with ticks_at_values,
+    ticks sit at the values themselves, labelled 135M, 1.5B."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+
+    values = [v for v in values if v]
+    if not values:
+        return
+    lo, hi = min(values), max(values)
+    if ticks_at_values:
+        ax.set_xscale("log")
+        ax.set_xlim(lo / 1.6, hi * 1.6)
+        ax.xaxis.set_major_locator(FixedLocator(sorted(set(values))))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human(v)))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    elif hi > 10 * lo:
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    else:
+        pad = (hi - lo) * 0.15 or hi * 0.1
+        ax.set_xlim(max(0, lo - pad), hi + pad)
+
+
+def accuracy_vs_size(data: dict[str, Any]) -> bytes | None:
+    """Exact match (95% interval) against parameter count, one panel per suite, one line
+    per configuration (format/toolset/retrieval)."""
+    cells = [c for c in data["cells"] if c.get("parameters")]
+    if not cells:
+        return None
+    plt = _plt()
+    suites = data["suites"]
+    fig, axes = plt.subplots(1, len(suites), figsize=(4.2 * len(suites), 3.6), squeeze=False,
+                             sharey=True)
+    configs = sorted({_config_of(c) for c in cells})
+    for ax, suite in zip(axes[0], suites):
+        for ci, config in enumerate(configs):
+            dodge = 1.05 ** (ci - (len(configs) - 1) / 2)  # configs at one size stay apart
+            pts = []
+            for c in cells:
+                if _config_of(c) != config:
+                    continue
+                m = _exact(data, c["cell_id"], suite)
+                if m:
+                    pts.append((c["parameters"], m))
+            if not pts:
+                continue
+            pts.sort(key=lambda p: p[0])
+            xs = [p[0] * dodge for p in pts]
+            ys = [p[1]["rate"] for p in pts]
+            errs = list(zip(*[_err(p[1]) for p in pts]))
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=config)
+        _scale_x(ax, [c["parameters"] for c in cells], ticks_at_values=True)
+        ax.set_title(suite)
+        ax.set_xlabel("parameters")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("exact match")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes[0][1:]:
+        h, lab = ax.get_legend_handles_labels()
+        for hh, ll in zip(h, lab):
+            if ll not in labels:
+                handles.append(hh)
+                labels.append(ll)
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)),
+                   bbox_to_anchor=(0.5, -0.06 - 0.05 * ((len(labels) - 1) // 3 + 1)),
+                   fontsize="small")
+    fig.suptitle("Accuracy vs model size", y=1.03)
+    return _png(fig)
+
+
+def categories_stacked(data: dict[str, Any]) -> bytes | None:
+    """Share of each primary failure category per cell, as stacked horizontal bars."""
+    rows = data["categories"]
+    if not rows:
+        return None
+    plt = _plt()
+    order = data["category_order"]
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.6))
+    labels = [r["cell_id"] for r in rows]
+    left = [0.0] * len(rows)
+    for cat in order:
+        widths = [r["shares"][cat]["rate"] or 0.0 for r in rows]
+        ax.barh(labels, widths, left=left, label=cat,
+                color=CATEGORY_COLOURS.get(cat, None), edgecolor="white", linewidth=0.5)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_xlim(0, 1)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of samples")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.03 * len(rows)), ncol=4,
+              fontsize="small")
+    ax.set_title("Failure categories per cell")
+    return _png(fig)
+
+
+def accuracy_vs_cost(data: dict[str, Any]) -> bytes | None:
+    """Exact match (suite all) against mean tokens and mean wall time per sample."""
+    pts = []
+    for r in data["cost"]:
+        m = _exact(data, r["cell_id"], "all")
+        f = r["fields"]
+        tokens = [(f.get(x) or {}).get("mean") for x in ("prompt_tokens", "completion_tokens")]
+        wall = (f.get("wall_ms") or {}).get("mean")
+        if m is None or None in tokens:
+            continue
+        pts.append((r["cell_id"], sum(tokens), wall, m))
+    if not pts:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, idx, label in ((axes[0], 1, "tokens per sample (prompt + completion)"),
+                           (axes[1], 2, "wall ms per sample")):
+        for i, p in enumerate(pts):
+            if p[idx] is None:
+                continue
+            lo, hi = _err(p[3])
+            ax.errorbar([p[idx]], [p[3]["rate"]], yerr=[[lo], [hi]], marker="o", capsize=3,
+                        color=f"C{i % 10}", label=p[0])
+        ax.set_xlabel(label)
+        _scale_x(ax, [p[idx] for p in pts if p[idx] is not None])
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("exact match (all suites)")
+    axes[0].set_ylim(-0.02, 1.02)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize="small",
+               bbox_to_anchor=(0.5, -0.08 - 0.05 * ((len(labels) + 1) // 2)))
+    fig.suptitle("Accuracy vs cost")
+    return _png(fig)
+
+
+PLOTS = {
+    "accuracy_vs_size": accuracy_vs_size,
+    "categories": categories_stacked,
+    "accuracy_vs_cost": accuracy_vs_cost,
+}
+
+
+def render_plots(data: dict[str, Any]) -> dict[str, bytes]:
+    """name -> PNG bytes, for the plots that have something to show."""
+    out = {}
+    for name, fn in PLOTS.items():
+        png = fn(data)
+        if png:
+            out[name] = png
+    return out
+
+
+def write_plots(data: dict[str, Any], folder: str | Path) -> list[Path]:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, png in render_plots(data).items():
+        path = folder / f"{name}.png"
+        path.write_bytes(png)
+        paths.append(path)
+    return paths
