@@ -137,7 +137,7 @@ def tidy_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for r in data["accuracy"]:
         for metric, m in r["metrics"].items():
-            if not m:
+            if not m or not m.get("n"):  # the metric does not apply to this group
                 continue
             rows.append({"cell_id": r["cell_id"], "suite": r["suite"],
                          "metric": metric.replace("@k", f"@{k}"), "value": m.get("rate"),

@@ -1,0 +1,127 @@
+"""`evalpipe report` and `evalpipe compare` (plugged into evalpipe.cli through COMMANDS)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from evalpipe.cli import handle_errors
+
+FORMATS = ("md", "csv", "latex", "html", "json")
+
+
+def _write(text: str, out: str | None) -> None:
+    if out:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+        click.echo(f"wrote {path}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True,
+              help="md (GitHub Markdown), csv (tidy: one row per cell x suite x metric), "
+                   "latex (booktabs), html (one self-contained file), json (table data).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--plots", "plots_dir", type=click.Path(file_okay=False),
+              help="Also write the plots as PNG files into this folder.")
+@click.option("--standalone", is_flag=True,
+              help="latex: a whole compilable document instead of table environments.")
+@handle_errors
+def report(run_dir, fmt, out, plots_dir, standalone):
+    """Tables (and plots) of a run: accuracy per cell x suite, failure categories, cost.
+
+    Reads RUN_DIR/scores.json (computed in memory when missing) and never writes
+    into RUN_DIR unless --out or --plots point there.
+    """
+    from evalpipe.report.build import build_report
+    from evalpipe.report.load import load_run
+    from evalpipe.report.render import render_csv, render_json, render_latex, render_markdown
+
+    run = load_run(run_dir)
+    data = build_report(run)
+    if plots_dir:
+        from evalpipe.report.plots import write_plots
+
+        for path in write_plots(data, plots_dir):
+            click.echo(f"wrote {path}", err=True)
+    if fmt == "html":
+        from evalpipe.report.html import render_html
+
+        try:
+            from evalpipe.report.plots import render_plots
+
+            plots = render_plots(data)
+        except Exception as exc:  # noqa: BLE001 - a report without plots beats none
+            from evalpipe.errors import EvalpipeError
+
+            if not isinstance(exc, EvalpipeError):
+                raise
+            click.echo(f"warning: {exc}; the HTML report has no plots", err=True)
+            plots = {}
+        text = render_html(run, data, plots)
+    elif fmt == "csv":
+        text = render_csv(data)
+    elif fmt == "latex":
+        text = render_latex(data, standalone=standalone)
+    elif fmt == "json":
+        text = render_json(data)
+    else:
+        text = render_markdown(data)
+    _write(text, out)
+
+
+@click.command()
+@click.argument("run_a", type=click.Path(exists=True, file_okay=False))
+@click.argument("run_b", type=click.Path(exists=True, file_okay=False))
+@click.option("--fail-on-regression", is_flag=True,
+              help="Exit 1 when a metric of a matched cell (or the pooled row) regresses.")
+@click.option("--threshold", type=click.FloatRange(min=0.0, max=1.0), default=0.02,
+              show_default=True,
+              help="Smallest drop (as a fraction: 0.02 = 2 points) that counts as a regression; "
+                   "the paired 95%% interval must also lie entirely below zero.")
+@click.option("--format", "fmt", type=click.Choice(("text", "md", "json")), default="text",
+              show_default=True, help="text for a CI log, md for a PR comment, json.")
+@click.option("--strict", is_flag=True,
+              help="Refuse (exit 2) when a cell id matches but its fingerprint differs.")
+@click.option("--resamples", type=click.IntRange(min=100), default=2000, show_default=True,
+              help="Bootstrap resamples.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@handle_errors
+def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples, seed, out):
+    """Paired comparison of RUN_B against RUN_A (the baseline).
+
+    Pairs samples by cell fingerprint and question id. Per metric: the
+    difference B - A with a paired bootstrap 95% interval, McNemar's exact test
+    for binary metrics, the questions that flipped, and category moves.
+    Exit codes: 0 ok, 1 regression with --fail-on-regression, 2 bad input or
+    refused with --strict.
+    """
+    import json
+
+    from evalpipe.report.compare import compare_runs, render_markdown, render_text
+    from evalpipe.report.load import load_run
+
+    cmp = compare_runs(load_run(run_a), load_run(run_b), threshold=threshold, strict=strict,
+                       resamples=resamples, seed=seed)
+    if fmt == "md":
+        text = render_markdown(cmp)
+    elif fmt == "json":
+        text = json.dumps(cmp.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n"
+    else:
+        text = render_text(cmp)
+    _write(text, out)
+    if fail_on_regression and cmp.regressions:
+        click.echo(f"regression gate: {len(cmp.regressions)} metric(s) regressed", err=True)
+        sys.exit(1)
+
+
+COMMANDS = [report, compare]

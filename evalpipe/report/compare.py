@@ -1,0 +1,449 @@
+"""Paired comparison of two runs and the regression gate.
+
+Samples are paired by cell (matched on the cell fingerprint, else on the cell id
+with a warning) and question id. Per metric: the difference B - A of the paired
+means, a seeded percentile bootstrap 95% interval that resamples questions
+(pairs; in the pooled row each question is a cluster of its cells), and for
+binary metrics McNemar's exact test (a binomial test on the discordant pairs).
+
+The gate: a metric regresses when the drop is larger than the threshold AND the
+whole interval lies below zero: diff < -threshold and hi < 0.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from evalpipe.errors import InputError
+from evalpipe.report.load import RunData
+
+METRICS = ("exact", "format_valid", "plan_exact", "recall@k")
+BINARY = {"exact", "format_valid", "plan_exact"}
+POOLED = "(all matched cells)"
+
+
+class CompareRefused(InputError):
+    """--strict and the runs' cells are not the same experiment."""
+
+
+# -- statistics --------------------------------------------------------------------------------
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value: binomial test of b successes in b + c discordant
+    pairs at p = 0.5 (b: right in A, wrong in B; c: wrong in A, right in B)."""
+    if b + c == 0:
+        return 1.0
+    from scipy.stats import binomtest
+
+    return float(binomtest(b, b + c, 0.5).pvalue)
+
+
+def cluster_bootstrap(sums: np.ndarray, counts: np.ndarray, resamples: int = 2000,
+                      seed: int = 0, level: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of sum(sums) / sum(counts), resampling clusters
+    (questions) with replacement; a cluster of one pair gives the ordinary paired
+    bootstrap of a mean difference. Vectorised in blocks of at most ~4M draws."""
+    sums = np.asarray(sums, dtype=float)
+    counts = np.asarray(counts, dtype=float)
+    m = sums.size
+    if m == 0 or counts.sum() == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    block = max(1, min(resamples, 4_000_000 // m))
+    stats = []
+    done = 0
+    while done < resamples:
+        size = min(block, resamples - done)
+        idx = rng.integers(0, m, size=(size, m))
+        num = sums[idx].sum(axis=1)
+        den = counts[idx].sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            stats.append(np.where(den > 0, num / np.where(den > 0, den, 1), np.nan))
+        done += size
+    values = np.concatenate(stats)
+    values = values[~np.isnan(values)]
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(values, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def paired_bootstrap(a: Any, b: Any, resamples: int = 2000, seed: int = 0
+                     ) -> tuple[float, float] | None:
+    """95% interval of mean(b - a) over pairs (the pairs are resampled)."""
+    d = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
+    return cluster_bootstrap(d, np.ones_like(d), resamples, seed)
+
+
+# -- results -----------------------------------------------------------------------------------
+
+@dataclass
+class MetricDiff:
+    metric: str
+    n: int
+    a: float | None
+    b: float | None
+    diff: float | None
+    lo: float | None
+    hi: float | None
+    p_mcnemar: float | None = None
+    a_only: int | None = None  # right in A, wrong in B (binary metrics)
+    b_only: int | None = None  # wrong in A, right in B
+    regression: bool = False
+    improvement: bool = False
+
+
+@dataclass
+class CellComparison:
+    a_cell: str
+    b_cell: str
+    matched_by: str  # fingerprint | cell_id | pooled
+    n_pairs: int
+    n_infra: int
+    metrics: list[MetricDiff]
+    right_to_wrong: list[str] = field(default_factory=list)
+    wrong_to_right: list[str] = field(default_factory=list)
+    category_moves: list[tuple[str, str, int]] = field(default_factory=list)
+    unchanged_categories: int = 0
+
+
+@dataclass
+class Comparison:
+    run_a: str
+    run_b: str
+    path_a: str
+    path_b: str
+    k: int
+    threshold: float
+    resamples: int
+    seed: int
+    warnings: list[str]
+    cells: list[CellComparison]
+    pooled: CellComparison | None
+    questions_shared: int
+    questions_only_a: list[str]
+    questions_only_b: list[str]
+    questions_changed: list[str]
+
+    @property
+    def regressions(self) -> list[tuple[str, MetricDiff]]:
+        rows = list(self.cells) + ([self.pooled] if self.pooled else [])
+        return [(c.b_cell if c.matched_by != "pooled" else POOLED, m)
+                for c in rows for m in c.metrics if m.regression]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["regressions"] = [{"cell": c, "metric": m.metric, "diff": m.diff, "lo": m.lo,
+                             "hi": m.hi} for c, m in self.regressions]
+        return d
+
+
+# -- matching ----------------------------------------------------------------------------------
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def settings_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """'key: A -> B' for every setting that differs (nested keys dotted)."""
+    fa, fb = _flatten(a or {}), _flatten(b or {})
+    out = []
+    for key in sorted(set(fa) | set(fb)):
+        va, vb = fa.get(key, "<absent>"), fb.get(key, "<absent>")
+        if va != vb:
+            out.append(f"{key}: {va!r} -> {vb!r}")
+    return out
+
+
+def match_cells(a: RunData, b: RunData, strict: bool = False
+                ) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """[(a_cell, b_cell, how)] and warnings. A cell pairs with the B cell of the same
+    fingerprint; failing that, with the B cell of the same id (a warning names the
+    settings that differ; refused with strict)."""
+    warnings: list[str] = []
+    b_by_fp = {}
+    for c in b.cells():
+        fp = b.cell_info(c).get("fingerprint")
+        if fp:
+            b_by_fp.setdefault(fp, c)
+    b_cells = set(b.cells())
+    used: set[str] = set()
+    matches = []
+    refused = []
+    for c in a.cells():
+        fp = a.cell_info(c).get("fingerprint")
+        if fp and fp in b_by_fp and b_by_fp[fp] not in used:
+            other = b_by_fp[fp]
+            if other != c:
+                warnings.append(f"cell {c!r} (A) matched {other!r} (B) by fingerprint {fp}")
+            matches.append((c, other, "fingerprint"))
+            used.add(other)
+        elif c in b_cells and c not in used:
+            diff = settings_diff(a.cell_info(c).get("settings") or {},
+                                 b.cell_info(c).get("settings") or {})
+            fp_b = b.cell_info(c).get("fingerprint")
+            what = ("; ".join(diff) if diff else
+                    "settings are identical, so something else in the fingerprint changed: "
+                    "model weights or config, tool schemas, corpus, chunking, system prompt "
+                    "or the question set")
+            msg = f"cell {c!r}: fingerprints differ ({fp} vs {fp_b}); matched by cell id; {what}"
+            if strict:
+                refused.append(msg)
+            else:
+                warnings.append(msg)
+                matches.append((c, c, "cell_id"))
+                used.add(c)
+        else:
+            warnings.append(f"cell {c!r} is only in A; not compared")
+    for c in b.cells():
+        if c not in used:
+            warnings.append(f"cell {c!r} is only in B; not compared")
+    if refused:
+        raise CompareRefused("--strict: cells are not the same experiment: "
+                             + " | ".join(refused))
+    return matches, warnings
+
+
+def _question_sets(a: RunData, b: RunData) -> tuple[list[str], list[str], list[str], list[str]]:
+    qa = a.questions or {s["question_id"]: None for s in a.scores["samples"]}
+    qb = b.questions or {s["question_id"]: None for s in b.scores["samples"]}
+    shared = [q for q in qa if q in qb]
+    changed = [q for q in shared if qa[q] is not None and qb[q] is not None
+               and qa[q].to_dict() != qb[q].to_dict()]
+    only_a = [q for q in qa if q not in qb]
+    only_b = [q for q in qb if q not in qa]
+    return [q for q in shared if q not in changed], only_a, only_b, changed
+
+
+def _value(s: dict[str, Any], metric: str) -> float | None:
+    if metric == "recall@k":
+        r = s.get("retrieval")
+        return None if r is None else float(r["recall"])
+    v = s.get(metric)
+    return None if v is None else float(bool(v))
+
+
+# -- the comparison ----------------------------------------------------------------------------
+
+def _metric_diffs(pairs: list[tuple[str, dict, dict]], threshold: float, resamples: int,
+                  seed: int) -> list[MetricDiff]:
+    out = []
+    for metric in METRICS:
+        per_q: dict[str, list[float]] = {}
+        va, vb = [], []
+        for qid, sa, sb in pairs:
+            xa, xb = _value(sa, metric), _value(sb, metric)
+            if xa is None or xb is None:
+                continue
+            va.append(xa)
+            vb.append(xb)
+            per_q.setdefault(qid, []).append(xb - xa)
+        n = len(va)
+        if n == 0:
+            out.append(MetricDiff(metric, 0, None, None, None, None, None))
+            continue
+        a_mean, b_mean = float(np.mean(va)), float(np.mean(vb))
+        diff = b_mean - a_mean
+        sums = np.array([sum(v) for v in per_q.values()])
+        counts = np.array([len(v) for v in per_q.values()])
+        ci = cluster_bootstrap(sums, counts, resamples, seed)
+        lo, hi = ci if ci else (None, None)
+        md = MetricDiff(metric, n, a_mean, b_mean, diff, lo, hi)
+        if metric in BINARY:
+            arr_a, arr_b = np.array(va) > 0.5, np.array(vb) > 0.5
+            md.a_only = int(np.sum(arr_a & ~arr_b))
+            md.b_only = int(np.sum(~arr_a & arr_b))
+            md.p_mcnemar = mcnemar_exact(md.a_only, md.b_only)
+        md.regression = bool(hi is not None and diff < -threshold and hi < 0)
+        md.improvement = bool(lo is not None and diff > threshold and lo > 0)
+        out.append(md)
+    return out
+
+
+def _cell_comparison(a_cell: str, b_cell: str, how: str, pairs: list[tuple[str, dict, dict]],
+                     n_infra: int, threshold: float, resamples: int, seed: int
+                     ) -> CellComparison:
+    cc = CellComparison(a_cell, b_cell, how, len(pairs), n_infra,
+                        _metric_diffs(pairs, threshold, resamples, seed))
+    moves: Counter = Counter()
+    for qid, sa, sb in pairs:
+        label = qid if how != "pooled" else f"{sb['cell_id']}:{qid}"
+        if sa.get("exact") and not sb.get("exact"):
+            cc.right_to_wrong.append(label)
+        elif not sa.get("exact") and sb.get("exact"):
+            cc.wrong_to_right.append(label)
+        if sa.get("category") != sb.get("category"):
+            moves[(sa.get("category"), sb.get("category"))] += 1
+        else:
+            cc.unchanged_categories += 1
+    cc.category_moves = [(f, t, n) for (f, t), n in
+                         sorted(moves.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return cc
+
+
+def compare_runs(a: RunData, b: RunData, *, threshold: float = 0.02, strict: bool = False,
+                 resamples: int = 2000, seed: int = 0) -> Comparison:
+    matches, warnings = match_cells(a, b, strict)
+    shared, only_a, only_b, changed = _question_sets(a, b)
+    if only_a or only_b or changed:
+        warnings.append(
+            f"question sets differ: {len(shared)} compared, {len(only_a)} only in A, "
+            f"{len(only_b)} only in B, {len(changed)} with the same id but different content "
+            "(left out)")
+    if a.k != b.k:
+        warnings.append(f"retrieval cut-off differs: k={a.k} in A, k={b.k} in B")
+    if a.scores.get("scorer_version") != b.scores.get("scorer_version"):
+        warnings.append(f"scorer versions differ ({a.scores.get('scorer_version')} vs "
+                        f"{b.scores.get('scorer_version')}); re-score both with `evalpipe "
+                        "score` for a like-for-like comparison")
+    sa_all, sb_all = a.scored_by_key(), b.scored_by_key()
+    cells = []
+    pooled_pairs: list[tuple[str, dict, dict]] = []
+    pooled_infra = 0
+    for ca, cb, how in matches:
+        pairs, infra = [], 0
+        for qid in shared:
+            sa, sb = sa_all.get((ca, qid)), sb_all.get((cb, qid))
+            if sa is None or sb is None:
+                continue
+            if sa.get("infra") or sb.get("infra"):
+                infra += 1
+                continue
+            pairs.append((qid, sa, sb))
+        if infra:
+            warnings.append(f"cell {cb!r}: {infra} pair(s) left out for infrastructure errors")
+        cells.append(_cell_comparison(ca, cb, how, pairs, infra, threshold, resamples, seed))
+        pooled_pairs += pairs
+        pooled_infra += infra
+    pooled = None
+    if len(cells) > 1:
+        pooled = _cell_comparison(POOLED, POOLED, "pooled", pooled_pairs, pooled_infra,
+                                  threshold, resamples, seed)
+    return Comparison(a.run_id, b.run_id, str(a.path), str(b.path), a.k, threshold, resamples,
+                      seed, warnings, cells, pooled, len(shared), only_a, only_b, changed)
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+def _pct(x: float | None, signed: bool = False, scale: float = 100.0) -> str:
+    if x is None:
+        return "-"
+    return f"{scale * x:+.1f}" if signed else f"{scale * x:.1f}"
+
+
+def _metric_name(metric: str, k: int) -> str:
+    return metric.replace("@k", f"@{k}")
+
+
+def _verdict(m: MetricDiff) -> str:
+    return "REGRESSION" if m.regression else ("improved" if m.improvement else "")
+
+
+def _p(m: MetricDiff) -> str:
+    return "-" if m.p_mcnemar is None else f"{m.p_mcnemar:.3g}"
+
+
+def _metric_rows(cc: CellComparison, k: int) -> list[list[str]]:
+    rows = []
+    for m in cc.metrics:
+        if not m.n:
+            continue
+        ci = f"[{_pct(m.lo, True)}, {_pct(m.hi, True)}]"
+        flips = "-" if m.a_only is None else f"{m.a_only}/{m.b_only}"
+        rows.append([_metric_name(m.metric, k), str(m.n), _pct(m.a), _pct(m.b),
+                     _pct(m.diff, True), ci, flips, _p(m), _verdict(m)])
+    return rows
+
+
+HEADER = ["metric", "n", "A %", "B %", "diff pts", "95% CI", "lost/gained", "McNemar p",
+          "verdict"]
+
+
+def _ids(ids: list[str], limit: int = 30) -> str:
+    more = f" ... (+{len(ids) - limit} more)" if len(ids) > limit else ""
+    return ", ".join(ids[:limit]) + more
+
+
+def render_text(cmp: Comparison) -> str:
+    out = [f"A: {cmp.run_a} ({cmp.path_a})", f"B: {cmp.run_b} ({cmp.path_b})",
+           f"paired over {cmp.questions_shared} shared questions; bootstrap {cmp.resamples} "
+           f"resamples, seed {cmp.seed}; gate: diff < -{100 * cmp.threshold:.1f} pts and "
+           "upper 95% bound < 0"]
+    for w in cmp.warnings:
+        out.append(f"warning: {w}")
+    for cc in cmp.cells + ([cmp.pooled] if cmp.pooled else []):
+        title = cc.b_cell if cc.a_cell == cc.b_cell else f"{cc.a_cell} -> {cc.b_cell}"
+        out.append("")
+        out.append(f"== {title}  [{cc.matched_by}; {cc.n_pairs} pairs"
+                   + (f", {cc.n_infra} infra left out" if cc.n_infra else "") + "]")
+        rows = _metric_rows(cc, cmp.k)
+        widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
+        for r in [HEADER, *rows]:
+            out.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        out.append(f"  right -> wrong ({len(cc.right_to_wrong)}): {_ids(cc.right_to_wrong)}")
+        out.append(f"  wrong -> right ({len(cc.wrong_to_right)}): {_ids(cc.wrong_to_right)}")
+        if cc.category_moves:
+            out.append(f"  category moves ({cc.unchanged_categories} unchanged):")
+            for f, t, n in cc.category_moves:
+                out.append(f"    {f} -> {t}: {n}")
+    out.append("")
+    out.append(_summary_line(cmp))
+    return "\n".join(out) + "\n"
+
+
+def _summary_line(cmp: Comparison) -> str:
+    regs = cmp.regressions
+    if not regs:
+        return "verdict: no significant regression"
+    items = "; ".join(f"{c} {_metric_name(m.metric, cmp.k)} {_pct(m.diff, True)} pts "
+                      f"[{_pct(m.lo, True)}, {_pct(m.hi, True)}]" for c, m in regs)
+    return f"verdict: REGRESSION in {len(regs)} metric(s): {items}"
+
+
+def render_markdown(cmp: Comparison) -> str:
+    from evalpipe.report.tables import markdown_table
+
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|")
+
+    regs = cmp.regressions
+    icon = ":x:" if regs else ":white_check_mark:"
+    out = [f"## evalpipe compare: `{cmp.run_a}` -> `{cmp.run_b}`\n",
+           f"{icon} **{_summary_line(cmp).removeprefix('verdict: ')}**\n",
+           f"Paired over {cmp.questions_shared} shared questions. Differences are B - A in "
+           f"percentage points with a paired bootstrap 95% interval ({cmp.resamples} "
+           f"resamples, seed {cmp.seed}); McNemar's exact test for binary metrics. A metric "
+           f"regresses when it drops more than {100 * cmp.threshold:.1f} points and the whole "
+           "interval is below zero.\n"]
+    if cmp.warnings:
+        out.append("**Warnings**\n")
+        out += [f"- {esc(w)}" for w in cmp.warnings]
+        out.append("")
+    for cc in cmp.cells + ([cmp.pooled] if cmp.pooled else []):
+        title = cc.b_cell if cc.a_cell == cc.b_cell else f"{cc.a_cell} -> {cc.b_cell}"
+        out.append(f"### `{title}` ({cc.matched_by}, {cc.n_pairs} pairs)\n")
+        out.append(markdown_table(HEADER, [[esc(c) for c in r] for r in
+                                           _metric_rows(cc, cmp.k)]))
+        if cc.right_to_wrong or cc.wrong_to_right or cc.category_moves:
+            out.append("<details><summary>flips and category moves</summary>\n")
+            out.append(f"- right -> wrong ({len(cc.right_to_wrong)}): "
+                       f"{esc(_ids(cc.right_to_wrong)) or '-'}")
+            out.append(f"- wrong -> right ({len(cc.wrong_to_right)}): "
+                       f"{esc(_ids(cc.wrong_to_right)) or '-'}\n")
+            if cc.category_moves:
+                out.append(markdown_table(["from", "to", "count"],
+                                          [[f, t, str(n)] for f, t, n in cc.category_moves]))
+            out.append("</details>\n")
+    return "\n".join(out) + "\n"
