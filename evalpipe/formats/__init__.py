@@ -1,10 +1,23 @@
-"""Tool-call formats: each renders tools into the prompt and parses replies."""
+"""Tool-call formats: each renders tools into the prompt and parses replies.
+
+See docs/formats.md for each protocol, the parse error kinds and what lenient
+mode repairs.
+"""
 
 from evalpipe.errors import InputError
-from evalpipe.formats.base import Format, split_reasoning
+from evalpipe.formats.base import ERROR_KINDS, Format, split_reasoning
 from evalpipe.formats.hermes import HermesFormat, NativeFormat
+from evalpipe.formats.json_format import JsonFormat
+from evalpipe.formats.openai import OpenAIFormat
+from evalpipe.formats.xml import XmlFormat
 
-FORMATS: dict[str, type[Format]] = {"hermes": HermesFormat, "native": NativeFormat}
+FORMATS: dict[str, type[Format]] = {
+    "native": NativeFormat,
+    "hermes": HermesFormat,
+    "json": JsonFormat,
+    "xml": XmlFormat,
+    "openai": OpenAIFormat,
+}
 
 
 def get_format(name: str) -> Format:
@@ -15,4 +28,5 @@ def get_format(name: str) -> Format:
                          expected=" | ".join(FORMATS)) from None
 
 
-__all__ = ["FORMATS", "Format", "get_format", "split_reasoning"]
+__all__ = ["ERROR_KINDS", "FORMATS", "Format", "HermesFormat", "JsonFormat", "NativeFormat",
+           "OpenAIFormat", "XmlFormat", "get_format", "split_reasoning"]

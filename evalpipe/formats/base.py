@@ -3,7 +3,8 @@
 The transcript is kept in one canonical form (roles system/user/assistant/tool,
 assistant tool_calls with ids, tool messages with tool_call_id). A format turns
 it into the messages its protocol expects (`prepare`) and reads a reply
-(`parse`). Parsing never executes anything.
+(`parse`). Parsing never executes anything and never raises on model output:
+every problem becomes a ParseError whose kind is one of ERROR_KINDS.
 """
 
 from __future__ import annotations
@@ -12,15 +13,80 @@ import re
 from abc import ABC, abstractmethod
 from typing import Any
 
-from evalpipe.records import ParseResult
+from evalpipe.records import ParseError, ParseResult, ToolCall
 
-THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
+MAX_REPLY = 1_000_000  # longer replies are not parsed at all (too_long)
+SNIPPET = 200
+
+# Every kind of ParseError a format may return (docs/formats.md explains each).
+ERROR_KINDS = frozenset({
+    "empty",  # a call block with nothing in it
+    "not_json",  # the call body is not JSON (after repairs, in lenient mode)
+    "bad_number",  # a number that is not finite or has thousands of digits
+    "too_long",  # the reply or a call body is over the size limit; not parsed
+    "too_deep",  # brackets nested deeper than the limit; not parsed
+    "unclosed_tag",  # <tool_call>, <function=...> or <parameter=...> never closed (strict)
+    "untagged_call",  # a call written without its <tool_call> wrapper (strict)
+    "not_object",  # the call is a JSON value other than an object (or a list, strict)
+    "missing_name",  # no function name (or an empty one)
+    "missing_arguments",  # arguments under another key than the protocol's (strict)
+    "arguments_not_object",  # arguments are a string, list, number, ... (strict: any non-object)
+    "duplicate_parameter",  # xml: the same <parameter=...> twice (strict)
+    "unknown_parameter_type",  # xml: the schema names a type the format cannot convert to (strict)
+    "imitated_turn",  # the reply fakes a tool response or a new chat turn; cut there
+})
+
+THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
+# Where a reply starts writing the other side of the conversation: a tool response
+# or a chat-template turn marker. Everything from there on is ignored.
+IMITATION = re.compile(
+    r"<tool_response>|<\|im_start\|>|<\|start_header_id\|>|<start_of_turn>")
 
 
 def split_reasoning(text: str) -> tuple[str, str]:
-    """(reply without <think> blocks, the reasoning inside them)."""
-    reasoning = "\n".join(m.strip() for m in THINK.findall(text))
+    """(reply without <think> blocks, the reasoning inside them).
+
+    A `</think>` without an opening tag (templates that open the block in the
+    prompt) makes everything before it reasoning; an unclosed `<think>` runs to
+    the end of the reply."""
+    parts = []
+    head, sep, tail = text.partition("</think>")
+    if sep and "<think>" not in head:
+        parts.append(head.strip())
+        text = tail
+    parts += [m.strip() for m in THINK.findall(text)]
+    reasoning = "\n".join(p for p in parts if p)
     return THINK.sub("", text).strip(), reasoning
+
+
+def cut_imitation(reply: str, result: ParseResult) -> str:
+    """The reply up to the first imitated tool response or chat turn; records an
+    imitated_turn error when there is one."""
+    match = IMITATION.search(reply)
+    if match is None:
+        return reply
+    result.errors.append(error("imitated_turn", "the reply imitates a tool response or "
+                               "another chat turn; the rest is ignored", reply[match.start():]))
+    return reply[:match.start()]
+
+
+def error(kind: str, message: str, snippet: str = "") -> ParseError:
+    assert kind in ERROR_KINDS, kind
+    return ParseError(kind, message, snippet[:SNIPPET])
+
+
+def start_result(text: str) -> tuple[ParseResult, str | None]:
+    """A result with the reasoning split off, and the reply to parse (None when
+    the reply is too long to look at)."""
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    if len(text) > MAX_REPLY:
+        result = ParseResult(content="")
+        result.errors.append(error("too_long", f"reply is {len(text)} characters; limit "
+                                   f"{MAX_REPLY}", text))
+        return result, None
+    reply, reasoning = split_reasoning(text)
+    return ParseResult(reasoning=reasoning), reply
 
 
 class Format(ABC):
@@ -34,7 +100,15 @@ class Format(ABC):
 
     @abstractmethod
     def parse(self, text: str, *, lenient: bool = True) -> ParseResult:
-        """Tool calls and typed errors read from one reply."""
+        """Tool calls and typed errors read from one reply. Never raises."""
+
+    def render_call(self, call: ToolCall) -> str:
+        """One call written the way the protocol asks the model to write it."""
+        raise NotImplementedError
+
+    def render_calls(self, calls: list[ToolCall]) -> str:
+        """Several calls in one reply (parallel calls)."""
+        return "\n".join(self.render_call(c) for c in calls)
 
 
 def merge_system(messages: list[dict[str, Any]], extra: str) -> list[dict[str, Any]]:
@@ -45,3 +119,41 @@ def merge_system(messages: list[dict[str, Any]], extra: str) -> list[dict[str, A
         first = dict(messages[0], content=messages[0]["content"].rstrip() + "\n\n" + extra)
         return [first, *messages[1:]]
     return [{"role": "system", "content": extra}, *messages]
+
+
+def to_text_messages(messages: list[dict[str, Any]], fmt: Any) -> list[dict[str, Any]]:
+    """Canonical transcript -> plain chat: the assistant's raw text stays as it
+    was; the tool results of one turn become one user message, each written by
+    `fmt.tool_result(name, content)`."""
+    wire: list[dict[str, Any]] = []
+    tool_block = False
+    for m in messages:
+        if m["role"] == "tool":
+            block = fmt.tool_result(m.get("name", ""), m.get("content") or "")
+            if wire and tool_block:
+                wire[-1]["content"] += "\n" + block
+            else:
+                wire.append({"role": "user", "content": block})
+            tool_block = True
+        else:
+            wire.append({"role": m["role"], "content": m.get("content") or ""})
+            tool_block = False
+    return wire
+
+
+def arguments_from(value: Any, lenient: bool, where: str
+                   ) -> tuple[dict[str, Any] | None, ParseError | None, bool]:
+    """Call arguments as a dict: (arguments, error, repaired?). In lenient mode a
+    JSON-encoded string holding an object is decoded (a common slip)."""
+    from evalpipe.formats.repair import loads_value
+
+    if isinstance(value, dict):
+        return value, None, False
+    if lenient and isinstance(value, str):
+        decoded, kind, _ = loads_value(value, lenient=True)
+        if kind is None and isinstance(decoded, dict):
+            return decoded, None, True
+        if not value.strip():
+            return {}, None, True
+    return None, error("arguments_not_object", f"{where} arguments are "
+                       f"{type(value).__name__}, not an object"), False

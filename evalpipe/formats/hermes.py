@@ -3,6 +3,11 @@
 `HermesFormat` writes the protocol into the system prompt, for chat templates
 without tool support; `NativeFormat` hands the tools to the model's own chat
 template (Qwen2.5 style) and reads the same tags back.
+
+Lenient mode accepts, and marks repaired: a missing </tool_call>, JSON slips
+(see repair.py), arguments under another key or as a JSON string, a list of
+calls or text around the object inside one tag, and a bare
+{"name": ..., "arguments": ...} object written without any tags.
 """
 
 from __future__ import annotations
@@ -11,12 +16,21 @@ import json
 import re
 from typing import Any
 
-from evalpipe.formats.base import Format, merge_system, split_reasoning
-from evalpipe.formats.repair import loads_object
-from evalpipe.records import ParseError, ParseResult, ToolCall
+from evalpipe.formats.base import (
+    Format,
+    cut_imitation,
+    error,
+    merge_system,
+    start_result,
+    to_text_messages,
+)
+from evalpipe.formats.calls import calls_from_text, looks_like_call, remove_spans, tidy
+from evalpipe.formats.repair import json_spans
+from evalpipe.records import ParseResult, ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|(?=<tool_call>)|$)", re.S)
+BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|(?=<tool_call>)|$)", re.DOTALL)
+STRAY_TAG = re.compile(r"</?tool_call>")
 
 PROTOCOL = """# Tools
 
@@ -38,21 +52,6 @@ def render_tools(tools: list[dict[str, Any]]) -> str:
     return "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
 
 
-def call_from_object(obj: Any, index: int, name_key: str = "name",
-                     args_key: str = "arguments") -> tuple[ToolCall | None, ParseError | None]:
-    """A ToolCall from a decoded JSON object, or the typed reason it is not one."""
-    if not isinstance(obj, dict):
-        return None, ParseError("not_object", f"call {index} is {type(obj).__name__}")
-    name = obj.get(name_key)
-    if not isinstance(name, str) or not name.strip():
-        return None, ParseError("missing_name", f"call {index} has no '{name_key}' string")
-    args = obj.get(args_key, {})
-    if not isinstance(args, dict):
-        return None, ParseError("arguments_not_object",
-                                f"call {index} '{args_key}' is {type(args).__name__}")
-    return ToolCall(name.strip(), args, id=f"call_{index}"), None
-
-
 class HermesFormat(Format):
     name = "hermes"
     response_open, response_close = "<tool_response>", "</tool_response>"
@@ -66,33 +65,64 @@ class HermesFormat(Format):
     def tool_result(self, name: str, content: str) -> str:
         return f"{self.response_open}\n{content}\n{self.response_close}"
 
+    def render_call(self, call: ToolCall) -> str:
+        body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+        return f"{OPEN}\n{body}\n{CLOSE}"
+
     def parse(self, text: str, *, lenient: bool = True) -> ParseResult:
-        reply, reasoning = split_reasoning(text)
-        result = ParseResult(reasoning=reasoning)
-        for index, match in enumerate(BLOCK.finditer(reply)):
-            body, closed = match.group(1).strip(), match.group(2) == CLOSE
+        result, reply = start_result(text)
+        if reply is None:
+            return result
+        reply = cut_imitation(reply, result)
+        blocks = list(BLOCK.finditer(reply))
+        for index, match in enumerate(blocks):
+            body, closed = match.group(1), match.group(2) == CLOSE
+            where = f"call {index}"
             if not closed and not lenient:
-                result.errors.append(ParseError("unclosed_tag", "<tool_call> without </tool_call>",
-                                                body[:200]))
+                result.errors.append(error("unclosed_tag", f"{where}: {OPEN} without {CLOSE}",
+                                           body))
                 continue
-            obj, err, repaired = loads_object(body, lenient=lenient)
-            if err:
-                result.errors.append(ParseError(err, f"call {index} is not valid JSON", body[:200]))
+            if not body.strip():
+                result.errors.append(error("empty", f"{where}: nothing inside {OPEN}"))
                 continue
-            call, error = call_from_object(obj, index)
-            if error:
-                error.snippet = body[:200]
-                result.errors.append(error)
-            else:
-                result.calls.append(call)
-                result.repaired |= repaired or not closed
-        result.content = BLOCK.sub("", reply).strip()
+            calls, errors, repaired = calls_from_text(body, where, lenient=lenient,
+                                                      allow_list=False)
+            result.calls += calls
+            result.errors += errors
+            result.repaired |= bool(calls) and (repaired or not closed)
+        if blocks:
+            content = BLOCK.sub("", reply)
+        else:
+            content = self._untagged(reply, result, lenient)
+        result.content = tidy(STRAY_TAG.sub("", content))
+        for i, call in enumerate(result.calls):
+            call.id = f"call_{i}"
         return result
+
+    @staticmethod
+    def _untagged(reply: str, result: ParseResult, lenient: bool) -> str:
+        """Bare {"name": ..., "arguments": ...} objects written without tags: an
+        error in strict mode, calls (repaired) in lenient mode. Returns the
+        reply without them."""
+        spans = [s for s in json_spans(reply) if looks_like_call(s.text(reply))]
+        for index, span in enumerate(spans):
+            where = f"untagged call {index}"
+            if not lenient:
+                result.errors.append(error("untagged_call", f"{where}: a call without "
+                                           f"{OPEN} tags", span.text(reply)))
+                continue
+            calls, errors, _ = calls_from_text(span.text(reply), where, lenient=True,
+                                               allow_list=True)
+            result.calls += calls
+            result.errors += errors
+            result.repaired |= bool(calls)
+        return remove_spans(reply, spans)
 
 
 class NativeFormat(HermesFormat):
     """The model's own chat template renders the tools; falls back to the hermes
-    system prompt when the template has no tool support."""
+    system prompt when the template has no tool support. Replies are read as
+    hermes (the Qwen2.5 convention)."""
 
     name = "native"
 
@@ -101,28 +131,11 @@ class NativeFormat(HermesFormat):
             return super().prepare(messages, tools, template_supports_tools)
         wire = []
         for m in messages:
-            if m["role"] == "assistant":
-                wire.append({"role": "assistant", "content": m["content"]})
+            if m["role"] == "assistant":  # the raw reply already holds its <tool_call> tags
+                wire.append({"role": "assistant", "content": m.get("content") or ""})
             elif m["role"] == "tool":
-                wire.append({"role": "tool", "content": m["content"], "name": m.get("name", "")})
+                wire.append({"role": "tool", "content": m.get("content") or "",
+                             "name": m.get("name", "")})
             else:
-                wire.append(m)
+                wire.append({"role": m["role"], "content": m.get("content") or ""})
         return wire, (tools or None)
-
-
-def to_text_messages(messages: list[dict[str, Any]], fmt: HermesFormat) -> list[dict[str, Any]]:
-    """Canonical transcript -> plain chat: the assistant's raw text stays as it
-    was; tool results become one user message in the format's response tags."""
-    wire: list[dict[str, Any]] = []
-    for m in messages:
-        if m["role"] == "tool":
-            block = fmt.tool_result(m.get("name", ""), m["content"])
-            if wire and wire[-1].get("_tool_block"):
-                wire[-1]["content"] += "\n" + block
-            else:
-                wire.append({"role": "user", "content": block, "_tool_block": True})
-        else:
-            wire.append({"role": m["role"], "content": m["content"]})
-    for m in wire:
-        m.pop("_tool_block", None)
-    return wire
