@@ -33,7 +33,18 @@ def score_table(scores: dict[str, Any]) -> str:
     overall = [g for g in scores["groups"] if g["suite"] == "all"]
     categories = [c for c in CATEGORY_ORDER if any(g["categories"].get(c) for g in overall)]
     header = ["cell", "n", "exact match", "format valid", f"recall@{k}", *categories]
-    rows = [[g["cell_id"], g["n"], fmt_rate(g.get("exact")), fmt_rate(g.get("format_valid")),
-             fmt_rate(g.get(f"recall@{k}") or g.get("recall")),
-             *[g["categories"].get(c, 0) for c in categories]] for g in overall]
+    rows = []
+    for g in overall:
+        r = g.get("rates") if isinstance(g.get("rates"), dict) else g  # nested or flat groups
+        rows.append([g["cell_id"], g["n"], fmt_rate(r.get("exact")),
+                     fmt_rate(r.get("format_valid")),
+                     fmt_mean(r.get("recall@k") or r.get(f"recall@{k}") or r.get("recall")),
+                     *[g["categories"].get(c, 0) for c in categories]])
     return markdown_table(header, rows)
+
+
+def fmt_mean(metric: dict[str, Any] | None) -> str:
+    """'0.625 (n=16)' for a mean such as recall@k, '-' when it does not apply."""
+    if not metric or not metric.get("n") or metric.get("rate") is None:
+        return "-"
+    return f"{metric['rate']:.3f} (n={metric['n']})"
