@@ -7,7 +7,7 @@ from typing import Any
 from evalpipe.backends.base import Backend, GenerationSettings
 from evalpipe.errors import InputError
 
-BACKENDS = ("transformers", "replay")
+BACKENDS = ("transformers", "replay", "openai", "llamacpp")
 
 
 def load_backend(model: dict[str, Any]) -> Backend:
@@ -21,6 +21,15 @@ def load_backend(model: dict[str, Any]) -> Backend:
         from evalpipe.backends.replay import ReplayBackend
 
         return ReplayBackend(model["id"], model.get("recording", ""))
+    if kind == "openai":
+        from evalpipe.backends.openai_backend import from_config
+
+        return from_config(model)
+    if kind == "llamacpp":
+        from evalpipe.backends.llamacpp_backend import LlamaCppBackend
+
+        return LlamaCppBackend(model["id"], n_ctx=model.get("n_ctx", 4096),
+                               n_threads=model.get("n_threads"), seed=model.get("seed", 0))
     raise InputError(f"unknown backend {kind!r}", field="models.backend",
                      expected=" | ".join(BACKENDS))
 
