@@ -1,0 +1,218 @@
+"""evalpipe report: table contents against hand-computed values of a synthetic run,
+the tidy CSV, JSON, Markdown, LaTeX (parsed, and compiled when pdflatex exists), plots
+and the CLI. Fixture figures are derived in tests/report_fixtures.py."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from evalpipe.report.build import build_report
+from evalpipe.report.load import load_run, model_parameters
+from evalpipe.report.render import render_csv, render_json, render_latex, render_markdown, tex_escape
+from evalpipe.report.tables import score_table
+from report_fixtures import BASE, TOOLS, make_run_a, samples_a, write_run
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return make_run_a(tmp_path_factory.mktemp("run") / "run-a")
+
+
+@pytest.fixture(scope="module")
+def data(run_dir):
+    return build_report(load_run(run_dir))
+
+
+def acc(data, cell, suite, metric):
+    for r in data["accuracy"]:
+        if r["cell_id"] == cell and r["suite"] == suite:
+            return r["metrics"].get(metric)
+    raise KeyError((cell, suite))
+
+
+def test_accuracy_hand_computed(data):
+    assert data["suites"] == ["arithmetic", "site_rag", "all"]
+    assert [c["cell_id"] for c in data["cells"]] == [BASE, TOOLS]
+    m = acc(data, BASE, "arithmetic", "exact")
+    assert (m["rate"], m["n"]) == (0.25, 4)
+    # Wilson 95% of 1/4
+    assert m["lo"] == pytest.approx(0.04559, abs=1e-4) and m["hi"] == pytest.approx(0.69936,
+                                                                                   abs=1e-4)
+    assert acc(data, BASE, "all", "exact")["rate"] == pytest.approx(2 / 6)
+    assert acc(data, TOOLS, "arithmetic", "exact")["rate"] == 0.75
+    assert acc(data, TOOLS, "all", "exact")["rate"] == pytest.approx(4 / 6)
+    assert (acc(data, TOOLS, "all", "format_valid")["rate"],
+            acc(data, TOOLS, "all", "format_valid")["n"]) == (1.0, 3)
+    assert acc(data, TOOLS, "all", "format_valid_strict")["n"] == 3
+    assert acc(data, BASE, "all", "format_valid")["n"] == 0  # no tool attempts
+    assert (acc(data, TOOLS, "arithmetic", "plan_exact")["rate"],
+            acc(data, TOOLS, "arithmetic", "plan_exact")["n"]) == (0.5, 4)
+    r = acc(data, TOOLS, "site_rag", "recall@k")
+    assert (r["rate"], r["n"]) == (0.5, 2)
+
+
+def test_categories_and_cost_hand_computed(data):
+    cats = {r["cell_id"]: r for r in data["categories"]}
+    assert cats[BASE]["counts"] == {"correct": 2, "wrong_plan": 0, "retrieval_miss": 0,
+                                    "wrong_answer": 4}
+    assert cats[TOOLS]["counts"]["wrong_plan"] == 1
+    assert cats[TOOLS]["counts"]["retrieval_miss"] == 1
+    assert cats[TOOLS]["shares"]["correct"]["rate"] == pytest.approx(4 / 6)
+    assert cats[TOOLS]["subtypes"] == {"wrong_arguments": 1}
+
+    cost = {r["cell_id"]: r for r in data["cost"]}
+    assert cost[TOOLS]["baseline"] == BASE and cost[BASE]["baseline"] == BASE
+    assert cost[BASE]["fields"]["prompt_tokens"]["mean"] == 120
+    assert cost[TOOLS]["fields"]["prompt_tokens"]["mean"] == pytest.approx(210)
+    assert cost[TOOLS]["fields"]["turns"]["mean"] == pytest.approx(1.5)
+    assert cost[TOOLS]["ratios"] == pytest.approx(
+        {"prompt_tokens": 1.75, "completion_tokens": 1.5, "ttft_ms": 1.0, "wall_ms": 2.5})
+
+
+def test_model_parameters_fallbacks(run_dir):
+    run = load_run(run_dir)
+    assert model_parameters(run, BASE) == (135e6, "name")  # "tiny-135m"
+    run.manifest["cells"][BASE]["backend"] = {"parameters": 134_515_008}
+    assert model_parameters(run, BASE) == (134_515_008, "backend")
+
+
+def test_markdown(data):
+    md = render_markdown(data)
+    assert "## exact match" in md and "## recall@3" in md
+    assert f"| {BASE} | 25.0% (1/4) [4.6, 69.9] | 50.0% (1/2) [9.5, 90.5] | 33.3% (2/6) " \
+           "[9.7, 70.0] |" in md
+    assert "| 0.500 [0.000, 1.000] n=2 |" in md  # recall@3 site_rag of the tools cell
+    assert "2 (33.3%)" in md and "1.75x" in md and "2.50x" in md
+    # every table row has as many cells as its header
+    for block in md.split("\n\n"):
+        lines = [ln for ln in block.splitlines() if ln.startswith("|")]
+        if lines:
+            widths = {ln.replace("\\|", "").count("|") for ln in lines}
+            assert len(widths) == 1, block
+
+
+def test_csv_is_tidy(data):
+    rows = list(csv.DictReader(io.StringIO(render_csv(data))))
+    assert list(rows[0]) == ["cell_id", "suite", "metric", "value", "n", "lo", "hi"]
+    keys = [(r["cell_id"], r["suite"], r["metric"]) for r in rows]
+    assert len(keys) == len(set(keys))  # one row per cell x suite x metric
+    by = {k: r for k, r in zip(keys, rows)}
+    r = by[(TOOLS, "arithmetic", "exact")]
+    assert (float(r["value"]), int(r["n"])) == (0.75, 4) and 0 < float(r["lo"]) < 0.75
+    assert float(by[(TOOLS, "site_rag", "recall@3")]["value"]) == 0.5
+    assert float(by[(TOOLS, "all", "cost_ratio:wall_ms")]["value"]) == 2.5
+    assert int(by[(BASE, "all", "category:wrong_answer")]["n"]) == 6
+    assert (BASE, "all", "format_valid") not in by  # n = 0: does not apply
+
+
+def test_json_round_trips(data):
+    back = json.loads(render_json(data))
+    assert back["accuracy"][0]["metrics"]["exact"]["rate"] == 0.25
+    assert set(back) >= {"run_id", "k", "suites", "cells", "accuracy", "categories", "cost"}
+
+
+def _tabulars(tex):
+    from pylatexenc.latexwalker import (LatexEnvironmentNode, LatexMacroNode, LatexSpecialsNode,
+                                        LatexWalker)
+
+    nodes, _, _ = LatexWalker(tex, tolerant_parsing=False).get_latex_nodes()
+
+    def walk(ns):
+        for n in ns or []:
+            yield n
+            yield from walk(getattr(n, "nodelist", None))
+            argd = getattr(n, "nodeargd", None)
+            if argd is not None:
+                yield from walk([a for a in (argd.argnlist or []) if a is not None])
+
+    for env in (n for n in walk(nodes) if isinstance(n, LatexEnvironmentNode)
+                and n.environmentname == "tabular"):
+        spec = env.nodeargd.argnlist[-1].latex_verbatim().strip("{}")
+        rows, amps, rules = [], 0, []
+        for n in env.nodelist:
+            if isinstance(n, LatexSpecialsNode) and n.specials_chars == "&":
+                amps += 1
+            elif isinstance(n, LatexMacroNode) and n.macroname == "\\":
+                rows.append(amps)
+                amps = 0
+            elif isinstance(n, LatexMacroNode) and n.macroname.endswith("rule"):
+                rules.append(n.macroname)
+        yield spec, rows, rules
+
+
+def test_latex_parses_with_booktabs_structure(data):
+    tex = render_latex(data, standalone=True)
+    tables = list(_tabulars(tex))
+    assert len(tables) == 7  # five metrics, categories, cost
+    for spec, rows, rules in tables:
+        assert rules == ["toprule", "midrule", "bottomrule"]
+        assert rows and all(r == len(spec) - 1 for r in rows), (spec, rows)
+    assert r"tiny-135m/-/none/no-rag" in tex and r"25.0\% (1/4)" in tex
+    assert r"\usepackage{booktabs}" in tex
+    assert tex_escape("a_b & 50% #1 {x}") == r"a\_b \& 50\% \#1 \{x\}"
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None,
+                    reason="pdflatex not installed (apt-get install texlive-latex-base "
+                           "texlive-latex-recommended)")
+def test_latex_compiles(data, tmp_path):
+    (tmp_path / "r.tex").write_text(render_latex(data, standalone=True), encoding="utf-8")
+    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "r.tex"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert (tmp_path / "r.pdf").stat().st_size > 1000
+
+
+def test_plots_are_png(data, tmp_path):
+    pytest.importorskip("matplotlib")
+    from evalpipe.report.plots import write_plots
+
+    paths = write_plots(data, tmp_path)
+    assert sorted(p.name for p in paths) == ["accuracy_vs_cost.png", "accuracy_vs_size.png",
+                                             "categories.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_score_table_reads_nested_rates(run_dir):
+    scores = json.loads((run_dir / "scores.json").read_text())
+    table = score_table(scores)
+    assert "66.7% (4/6)" in table and "100.0% (3/3)" in table and "0.500 (n=2)" in table
+
+
+def test_report_without_scores_json_scores_in_memory(tmp_path):
+    path = write_run(tmp_path / "r", samples_a(), score=False)
+    data = build_report(load_run(path))
+    assert data["rescored"] and acc(data, TOOLS, "all", "exact")["rate"] == pytest.approx(4 / 6)
+    assert not (path / "scores.json").exists()
+
+
+def test_cli_report_formats(run_dir, tmp_path):
+    from evalpipe.cli import main
+
+    runner = CliRunner()
+    res = runner.invoke(main, ["report", str(run_dir)])
+    assert res.exit_code == 0, res.output
+    assert "## exact match" in res.output
+    for fmt in ("csv", "latex", "json", "html"):
+        out = tmp_path / f"r.{fmt}"
+        res = runner.invoke(main, ["report", str(run_dir), "--format", fmt, "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        assert out.stat().st_size > 200
+    res = runner.invoke(main, ["report", str(tmp_path / "missing")])
+    assert res.exit_code == 2
+
+
+def test_cli_report_bad_run_dir(tmp_path):
+    from evalpipe.cli import main
+
+    (tmp_path / "empty").mkdir()
+    res = CliRunner().invoke(main, ["report", str(tmp_path / "empty")])
+    assert res.exit_code == 2 and "manifest.json" in res.output
