@@ -9,8 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evalpipe.formats import (
-    ERROR_KINDS, FORMATS, HermesFormat, JsonFormat, NativeFormat, OpenAIFormat, XmlFormat,
-    get_format, split_reasoning,
+    ERROR_KINDS,
+    FORMATS,
+    HermesFormat,
+    JsonFormat,
+    NativeFormat,
+    OpenAIFormat,
+    XmlFormat,
+    get_format,
+    split_reasoning,
 )
 from evalpipe.formats.repair import loads_value, repair_json
 from evalpipe.records import ToolCall
@@ -222,8 +229,8 @@ SLIPS = [
      "untagged_call", [("add", {"a": 1})]),
     ("hermes", '<tool_call>{"name": "add", "parameters": {"a": 1}}</tool_call>',
      "missing_arguments", [("add", {"a": 1})]),
-    ("hermes", '<tool_call>[{"name": "add", "arguments": {"a": 1}}, '
-     '{"name": "fib", "arguments": {"n": 2}}]</tool_call>',
+    ("hermes", ('<tool_call>[{"name": "add", "arguments": {"a": 1}}, '
+     '{"name": "fib", "arguments": {"n": 2}}]</tool_call>'),
      "not_object", [("add", {"a": 1}), ("fib", {"n": 2})]),
     ("hermes", '<tool_call>\n```json\n{"name": "add", "arguments": {"a": 1}}\n```\n</tool_call>',
      "not_json", [("add", {"a": 1})]),
@@ -243,12 +250,12 @@ SLIPS = [
      "unclosed_tag", [("add", {"a": 12, "b": 3})]),
     ("xml", "<tool_call><function=add><parameter=a>1</parameter></function>",
      "unclosed_tag", [("add", {"a": 1})]),
-    ("xml", "<tool_call><function=add><parameter=a>1</parameter><parameter=a>2</parameter>"
-     "</function></tool_call>", "duplicate_parameter", [("add", {"a": 2})]),
+    ("xml", ("<tool_call><function=add><parameter=a>1</parameter><parameter=a>2</parameter>"
+     "</function></tool_call>"), "duplicate_parameter", [("add", {"a": 2})]),
     ("xml", '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>',
      "missing_name", [("add", {"a": 1})]),
-    ("xml", "<tool_call><function=lookup><parameter=filters>{'a': 1,}</parameter>"
-     "</function></tool_call>", None, [("lookup", {"filters": {"a": 1}})]),
+    ("xml", ("<tool_call><function=lookup><parameter=filters>{'a': 1,}</parameter>"
+     "</function></tool_call>"), None, [("lookup", {"filters": {"a": 1}})]),
 ]
 
 

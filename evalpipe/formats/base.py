@@ -9,6 +9,7 @@ every problem becomes a ParseError whose kind is one of ERROR_KINDS.
 
 from __future__ import annotations
 
+import functools
 import re
 from abc import ABC, abstractmethod
 from typing import Any
@@ -34,6 +35,7 @@ ERROR_KINDS = frozenset({
     "duplicate_parameter",  # xml: the same <parameter=...> twice (strict)
     "unknown_parameter_type",  # xml: the schema names a type the format cannot convert to (strict)
     "imitated_turn",  # the reply fakes a tool response or a new chat turn; cut there
+    "parser_bug",  # the parser itself failed (a bug: tests assert it never happens)
 })
 
 THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
@@ -92,6 +94,11 @@ def start_result(text: str) -> tuple[ParseResult, str | None]:
 class Format(ABC):
     name: str = ""
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "parse" in cls.__dict__:
+            cls.parse = _guarded(cls.__dict__["parse"])
+
     @abstractmethod
     def prepare(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                 template_supports_tools: bool) -> tuple[list[dict[str, Any]], list[dict] | None]:
@@ -109,6 +116,25 @@ class Format(ABC):
     def render_calls(self, calls: list[ToolCall]) -> str:
         """Several calls in one reply (parallel calls)."""
         return "\n".join(self.render_call(c) for c in calls)
+
+
+def _guarded(parse):
+    """A parser bug must not stop a run: it becomes a parser_bug error on the reply."""
+    if getattr(parse, "_guarded", False):
+        return parse
+
+    @functools.wraps(parse)
+    def guarded(self, text, *, lenient: bool = True):
+        try:
+            return parse(self, text, lenient=lenient)
+        except Exception as exc:  # noqa: BLE001 - reported, never raised
+            result = ParseResult(content="")
+            result.errors.append(error("parser_bug", f"{type(exc).__name__}: {exc}",
+                                       text if isinstance(text, str) else ""))
+            return result
+
+    guarded._guarded = True
+    return guarded
 
 
 def merge_system(messages: list[dict[str, Any]], extra: str) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ ARG_KEYS = ("arguments", "parameters", "args", "params", "input")
 _NAME_KEY = re.compile(r"""["']?(?:name|tool|function|tool_name|function_name)["']?\s*:""")
 _ARG_KEY = re.compile(r"""["']?(?:arguments|parameters|args|params|input)["']?\s*:""")
 _EMPTY_FENCE = re.compile(r"```[A-Za-z]*\s*```")
+_STRAY_TAG = re.compile(r"</?tool_call>")
 
 
 def looks_like_call(text: str) -> bool:
@@ -130,6 +131,7 @@ def remove_spans(text: str, spans: list[Span]) -> str:
 
 
 def tidy(text: str) -> str:
-    """Content once calls are cut out: no empty code fences, no blank runs."""
-    text = _EMPTY_FENCE.sub("", text)
+    """Content once calls are cut out: no stray <tool_call> tags, no empty code
+    fences, no blank runs."""
+    text = _EMPTY_FENCE.sub("", _STRAY_TAG.sub("", text))
     return re.sub(r"\n{3,}", "\n\n", text).strip()

@@ -133,7 +133,7 @@ def repair_json(text: str) -> str:
         elif ch == "," and _next_closer(text, i + 1):
             i += 1
             continue
-        elif ch.isalpha() or ch == "_":
+        elif ch.isascii() and (ch.isalpha() or ch == "_"):
             match = _IDENT.match(text, i)
             word = match.group(0)
             i = match.end()
