@@ -1,0 +1,270 @@
+"""Check question sets before a run: every problem in every file, not just the first.
+
+`validate_paths` returns human-readable errors, one per problem, each written
+as "file:line: field 'x': what is wrong: expected ..." (the form of
+`InputError`). An empty list means every file is valid.
+
+Checks, per record:
+- the schema (`evalpipe.questions.parse_question`), including $refs that must
+  name an earlier step;
+- ids unique within a file;
+- every tool named in gold_calls exists (the built-in tools and search_site);
+- executing gold_calls with the real tools (toolset "math") gives the gold
+  answer, with a relative tolerance of 1e-9;
+- every gold passage names a document of the corpus, ends within its text,
+  and contains the answer or one of its aliases. A number may be written with
+  thousands separators ("7,006,652", "7.006.652", "7 006 652") and with a
+  decimal point or a Vietnamese decimal comma ("1,92").
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+import unicodedata
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from evalpipe.errors import InputError
+from evalpipe.questions import Question, load_questions, parse_question, question_files
+
+REL_TOL = 1e-9
+_LINE_SUFFIXES = (".jsonl", ".json")
+_GROUP_SEP = r"[,.\u00a0\u202f\u2009 ]?"
+
+
+def _error(file: str, line: int | None, field: str | None, message: str,
+           expected: str | None = None) -> str:
+    return str(InputError(message, file=file, line=line, field=field, expected=expected))
+
+
+def known_tools() -> set[str]:
+    from evalpipe.tools import BUILTIN_TOOLS
+
+    return set(BUILTIN_TOOLS) | {"search_site"}
+
+
+def _plain_digits(value: float) -> str:
+    """A number without exponent: 1e-05 -> '0.00001', 3.0 -> '3'."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int):
+        return str(abs(value))
+    text = format(Decimal(repr(abs(value))), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def number_pattern(value: float) -> re.Pattern[str]:
+    """A regex finding `value` as written in prose: optional thousands
+    separators (",", ".", spaces), "." or "," as the decimal mark, and no digit
+    glued on either side (so 16 is not found in "160" or "1.16")."""
+    digits = _plain_digits(value)
+    integer, _, fraction = digits.partition(".")
+    head = len(integer) % 3 or 3
+    groups = [integer[:head]] + [integer[i:i + 3] for i in range(head, len(integer), 3)]
+    body = _GROUP_SEP.join(groups)
+    if fraction:
+        body += r"[.,]" + fraction + "0*"
+    sign = r"[-\u2212]\s?" if value < 0 else ""
+    return re.compile(r"(?<!\d)(?<!\d[.,])" + sign + body + r"(?![.,]?\d)")
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFC", text).casefold()
+
+
+def span_contains_answer(span_text: str, q: Question) -> bool:
+    """The span holds the gold answer (a number as written, or the text) or an alias."""
+    folded = _fold(span_text)
+    for alias in q.aliases:
+        if alias.strip() and _fold(alias.strip()) in folded:
+            return True
+    answer = q.answer
+    if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        return bool(number_pattern(answer).search(span_text))
+    return bool(str(answer).strip()) and _fold(str(answer).strip()) in folded
+
+
+def _close(a: float, b: float) -> bool:
+    return a == b or math.isclose(a, b, rel_tol=REL_TOL, abs_tol=0.0)
+
+
+def _check_plan(q: Question, file: str, line: int) -> list[str]:
+    from evalpipe.plans import execute_gold_plan
+    from evalpipe.tools import BUILTIN_TOOLS, build_toolset
+
+    errors = []
+    tools = known_tools()
+    for i, step in enumerate(q.gold_calls or []):
+        if step["name"] not in tools:
+            suggestion = difflib.get_close_matches(step["name"], sorted(tools), n=1)
+            hint = f" (did you mean {suggestion[0]!r}?)" if suggestion else ""
+            errors.append(_error(file, line, f"gold_calls[{i}].name",
+                                 f"unknown tool {step['name']!r}{hint}",
+                                 "one of " + ", ".join(sorted(tools))))
+    if errors or not q.gold_calls:
+        return errors
+    if any(step["name"] not in BUILTIN_TOOLS for step in q.gold_calls):
+        return []  # search_site needs a retriever; its plan cannot be replayed here
+    try:
+        results = execute_gold_plan(q.gold_calls, build_toolset("math"))
+    except ValueError as exc:
+        return [_error(file, line, "gold_calls", f"the gold plan fails: {exc}",
+                       "a plan the real tools can execute")]
+    final = results[q.gold_calls[-1]["id"]]
+    try:
+        gold = float(q.answer)
+    except (TypeError, ValueError):
+        return [_error(file, line, "answer",
+                       f"got {q.answer!r} but the gold plan gives {final!r}",
+                       "the result of the last gold step")]
+    if not isinstance(final, (int, float)) or isinstance(final, bool) or not _close(float(final),
+                                                                                   gold):
+        return [_error(file, line, "answer",
+                       f"got {q.answer!r} but executing gold_calls gives {final!r}",
+                       "the result of the last gold step (relative tolerance 1e-9)")]
+    return []
+
+
+class _Corpus:
+    """The corpus, loaded on first use; a load failure is reported once per span."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self._texts: dict[str, str] | None = None
+        self.problem: str | None = None
+
+    def texts(self) -> dict[str, str]:
+        if self._texts is None:
+            from evalpipe.corpus import load_corpus
+
+            try:
+                self._texts = {d.id: d.text for d in load_corpus(self.root)}
+            except InputError as exc:
+                self._texts, self.problem = {}, str(exc)
+        return self._texts
+
+
+def _check_passages(q: Question, file: str, line: int, corpus: _Corpus) -> list[str]:
+    errors: list[str] = []
+    if not q.gold_passages:
+        return errors
+    texts = corpus.texts()
+    for i, span in enumerate(q.gold_passages):
+        where = f"gold_passages[{i}]"
+        if corpus.problem:
+            errors.append(_error(file, line, f"{where}.doc",
+                                 f"cannot check the span: {corpus.problem}",
+                                 f"a corpus folder at {corpus.root!r}"))
+            continue
+        text = texts.get(span["doc"])
+        if text is None:
+            close = difflib.get_close_matches(span["doc"], list(texts), n=1, cutoff=0.5)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            errors.append(_error(file, line, f"{where}.doc",
+                                 f"unknown document {span['doc']!r}{hint}",
+                                 f"a document id relative to {corpus.root}"))
+            continue
+        if span["end"] > len(text):
+            errors.append(_error(file, line, f"{where}.end",
+                                 f"{span['end']} is past the end of {span['doc']!r}",
+                                 f"at most {len(text)} (its length in NFC characters)"))
+            continue
+        if q.answer_type == "abstain":
+            continue
+        piece = text[span["start"]:span["end"]]
+        if not span_contains_answer(piece, q):
+            shown = piece if len(piece) <= 80 else piece[:77] + "..."
+            wanted = [repr(q.answer)] + [repr(a) for a in q.aliases]
+            errors.append(_error(file, line, where,
+                                 f"span {span['start']}-{span['end']} of {span['doc']!r} "
+                                 f"({shown!r}) does not contain the answer",
+                                 "a span holding " + " or ".join(wanted)))
+    return errors
+
+
+def _records(path: Path, file: str) -> tuple[list[tuple[int, Any]], list[str]]:
+    """(line, decoded record) for each non-blank line, and the errors of the others."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        return [], [_error(file, None, None, f"not UTF-8 ({exc.reason})", "a UTF-8 text file")]
+    records, errors = [], []
+    for number, text in enumerate(raw.split("\n"), start=1):
+        text = text.strip().lstrip("\ufeff")
+        if not text:
+            continue
+        try:
+            records.append((number, json.loads(text)))
+        except json.JSONDecodeError as exc:
+            errors.append(_error(file, number, None,
+                                 f"not valid JSON ({exc.msg} at column {exc.colno})",
+                                 "one JSON object per line"))
+    return records, errors
+
+
+def validate_file(path: str | Path, corpus: _Corpus | str = "datasets/site") -> list[str]:
+    """Every problem in one question file."""
+    if isinstance(corpus, str):
+        corpus = _Corpus(corpus)
+    path = Path(path)
+    file = str(path)
+    if not path.exists():
+        return [_error(file, None, None, "file not found", "a question file or folder")]
+    questions: list[tuple[int, Question]] = []
+    errors: list[str] = []
+    if path.suffix in _LINE_SUFFIXES:
+        records, errors = _records(path, file)
+        for number, record in records:
+            try:
+                questions.append((number, parse_question(record, file=file, line=number)))
+            except InputError as exc:
+                errors.append(str(exc))
+        if not records and not errors:
+            errors.append(_error(file, None, None, "no questions", "at least one record"))
+    else:
+        try:
+            loaded = load_questions(file)
+        except InputError as exc:
+            return [str(exc)]
+        for q in loaded:
+            questions.append((int(q.source.rsplit(":", 1)[1]), q))
+
+    seen: dict[str, int] = {}
+    for number, q in questions:
+        if q.id in seen:
+            errors.append(_error(file, number, "id", f"duplicate id {q.id!r} (first on line "
+                                                     f"{seen[q.id]})", "ids unique within a file"))
+        else:
+            seen[q.id] = number
+        errors.extend(_check_plan(q, file, number))
+        errors.extend(_check_passages(q, file, number, corpus))
+    return sorted(errors, key=_line_of)
+
+
+def _line_of(message: str) -> tuple[int, str]:
+    m = re.match(r"^.*?:(\d+):", message)
+    return (int(m.group(1)) if m else 0, message)
+
+
+def validate_paths(paths: list[str], corpus_root: str = "datasets/site") -> list[str]:
+    """Every problem in the given question files; folders expand to their *.jsonl files.
+
+    Returns an empty list when everything is valid."""
+    corpus = _Corpus(corpus_root)
+    errors: list[str] = []
+    for given in paths:
+        p = Path(given)
+        if p.is_dir():
+            files = question_files([p])
+            if not files:
+                errors.append(_error(str(p), None, None, "folder holds no question files",
+                                     "*.jsonl files"))
+            for f in files:
+                errors.extend(validate_file(f, corpus))
+        else:
+            errors.extend(validate_file(p, corpus))
+    return errors
