@@ -25,7 +25,6 @@ from evalpipe.report.compare import (
 from evalpipe.report.load import load_run
 from evalpipe.scoring.synth import call, make_sample
 
-
 # -- statistics ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("b, c, p", [
@@ -67,8 +66,9 @@ def test_bootstrap_degenerate_and_cluster_cases():
 def test_settings_diff():
     a = {"model": {"id": "m"}, "generation": {"max_new_tokens": 256}, "k": 3}
     b = {"model": {"id": "m"}, "generation": {"max_new_tokens": 128}, "format": "json"}
-    assert settings_diff(a, b) == ["format: '<absent>' -> 'json'", "generation.max_new_tokens: "
-                                   "256 -> 128", "k: 3 -> '<absent>'"]
+    assert settings_diff(a, b) == ["format: '<absent>' -> 'json'",
+                                   "generation.max_new_tokens: 256 -> 128",
+                                   "k: 3 -> '<absent>'"]
 
 
 # -- runs --------------------------------------------------------------------------------------
@@ -105,7 +105,7 @@ def test_pairs_flips_and_category_moves(run_a, run_b):
     tools = cells[TOOLS]
     assert tools.n_pairs == 6
     assert tools.right_to_wrong == ["a1", "a2"] and tools.wrong_to_right == ["r2"]
-    assert dict(((f, t), n) for f, t, n in tools.category_moves) == {
+    assert {(f, t): n for f, t, n in tools.category_moves} == {
         ("correct", "misreported_result"): 1, ("correct", "no_tool_call"): 1,
         ("retrieval_miss", "correct"): 1}
     exact = next(m for m in tools.metrics if m.metric == "exact")

@@ -12,12 +12,18 @@ import subprocess
 
 import pytest
 from click.testing import CliRunner
+from report_fixtures import BASE, TOOLS, make_run_a, samples_a, write_run
 
 from evalpipe.report.build import build_report
 from evalpipe.report.load import load_run, model_parameters
-from evalpipe.report.render import render_csv, render_json, render_latex, render_markdown, tex_escape
+from evalpipe.report.render import (
+    render_csv,
+    render_json,
+    render_latex,
+    render_markdown,
+    tex_escape,
+)
 from evalpipe.report.tables import score_table
-from report_fixtures import BASE, TOOLS, make_run_a, samples_a, write_run
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +125,12 @@ def test_json_round_trips(data):
 
 
 def _tabulars(tex):
-    from pylatexenc.latexwalker import (LatexEnvironmentNode, LatexMacroNode, LatexSpecialsNode,
-                                        LatexWalker)
+    from pylatexenc.latexwalker import (
+        LatexEnvironmentNode,
+        LatexMacroNode,
+        LatexSpecialsNode,
+        LatexWalker,
+    )
 
     nodes, _, _ = LatexWalker(tex, tolerant_parsing=False).get_latex_nodes()
 
@@ -165,7 +175,7 @@ def test_latex_parses_with_booktabs_structure(data):
 def test_latex_compiles(data, tmp_path):
     (tmp_path / "r.tex").write_text(render_latex(data, standalone=True), encoding="utf-8")
     proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "r.tex"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                          check=False, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (tmp_path / "r.pdf").stat().st_size > 1000
 

@@ -59,7 +59,7 @@ def report(run_dir, fmt, out, plots_dir, standalone):
             from evalpipe.report.plots import render_plots
 
             plots = render_plots(data)
-        except Exception as exc:  # noqa: BLE001 - a report without plots beats none
+        except Exception as exc:
             from evalpipe.errors import EvalpipeError
 
             if not isinstance(exc, EvalpipeError):

@@ -378,9 +378,9 @@ def _ids(ids: list[str], limit: int = 30) -> str:
 
 def render_text(cmp: Comparison) -> str:
     out = [f"A: {cmp.run_a} ({cmp.path_a})", f"B: {cmp.run_b} ({cmp.path_b})",
-           f"paired over {cmp.questions_shared} shared questions; bootstrap {cmp.resamples} "
-           f"resamples, seed {cmp.seed}; gate: diff < -{100 * cmp.threshold:.1f} pts and "
-           "upper 95% bound < 0"]
+           (f"paired over {cmp.questions_shared} shared questions; bootstrap {cmp.resamples} "
+            f"resamples, seed {cmp.seed}; gate: diff < -{100 * cmp.threshold:.1f} pts and "
+            "upper 95% bound < 0")]
     for w in cmp.warnings:
         out.append(f"warning: {w}")
     for cc in cmp.cells + ([cmp.pooled] if cmp.pooled else []):
@@ -422,11 +422,11 @@ def render_markdown(cmp: Comparison) -> str:
     icon = ":x:" if regs else ":white_check_mark:"
     out = [f"## evalpipe compare: `{cmp.run_a}` -> `{cmp.run_b}`\n",
            f"{icon} **{_summary_line(cmp).removeprefix('verdict: ')}**\n",
-           f"Paired over {cmp.questions_shared} shared questions. Differences are B - A in "
-           f"percentage points with a paired bootstrap 95% interval ({cmp.resamples} "
-           f"resamples, seed {cmp.seed}); McNemar's exact test for binary metrics. A metric "
-           f"regresses when it drops more than {100 * cmp.threshold:.1f} points and the whole "
-           "interval is below zero.\n"]
+           (f"Paired over {cmp.questions_shared} shared questions. Differences are B - A in "
+            f"percentage points with a paired bootstrap 95% interval ({cmp.resamples} "
+            f"resamples, seed {cmp.seed}); McNemar's exact test for binary metrics. A metric "
+            f"regresses when it drops more than {100 * cmp.threshold:.1f} points and the whole "
+            "interval is below zero.\n")]
     if cmp.warnings:
         out.append("**Warnings**\n")
         out += [f"- {esc(w)}" for w in cmp.warnings]

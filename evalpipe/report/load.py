@@ -144,7 +144,7 @@ def baseline_cells(run: RunData) -> dict[str, str | None]:
     return {c: base_of_model.get(f["model"]) for c, f in facets.items()}
 
 
-_SIZE = re.compile(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)\s*([mb])(?![a-z])", re.I)
+_SIZE = re.compile(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)\s*([mb])(?![a-z])", re.IGNORECASE)
 
 
 def model_parameters(run: RunData, cell_id: str) -> tuple[float | None, str]:

@@ -101,10 +101,10 @@ def _md_escape(text: str) -> str:
 def render_markdown(data: dict[str, Any]) -> str:
     k = data["k"]
     out = [f"# Report: {data['run_id']}\n",
-           f"Scorer version {data['scorer_version']}; retrieval cut-off k = {k}. "
-           "Rates are shown as `rate (hits/n) [95% interval]`: Wilson intervals for "
-           "proportions, Student t for recall (a mean of per-question recall). Samples "
-           "that failed for infrastructure reasons are kept out of every rate.\n"]
+           (f"Scorer version {data['scorer_version']}; retrieval cut-off k = {k}. "
+            "Rates are shown as `rate (hits/n) [95% interval]`: Wilson intervals for "
+            "proportions, Student t for recall (a mean of per-question recall). Samples "
+            "that failed for infrastructure reasons are kept out of every rate.\n")]
     if data.get("rescored"):
         out.append("_scores.json was missing: scores were computed for this report._\n")
     for metric, _, proportion in MAIN_METRICS:
@@ -202,8 +202,8 @@ def render_latex(data: dict[str, Any], standalone: bool = False) -> str:
     """booktabs tables (needs \\usepackage{booktabs,graphicx}); a whole document
     with standalone=True."""
     k = data["k"]
-    parts = [f"% evalpipe report for run {data['run_id']}\n"
-             "% requires \\usepackage{booktabs} and \\usepackage{graphicx}\n"]
+    parts = [(f"% evalpipe report for run {data['run_id']}\n"
+              "% requires \\usepackage{booktabs} and \\usepackage{graphicx}\n")]
     for metric, _, proportion in MAIN_METRICS:
         header, rows = accuracy_grid(data, metric, proportion)
         parts.append(_tex_table(
