@@ -105,11 +105,11 @@ def test_payloads_are_data_not_code(tmp_path):
         f'{{"tool": "add", "parameters": {{"a": {payload}}}}}',
         f'{{"tool": "add", "parameters": {{"a": "{payload}"}}}}',
         f"<tool_call><function=add><parameter=a>{payload}</parameter></function></tool_call>",
-        f"<tool_call><function=add><parameter=a>{{'x': {payload}}}</parameter>"
-        "</function></tool_call>",
+        (f"<tool_call><function=add><parameter=a>{{'x': {payload}}}</parameter>"
+        "</function></tool_call>"),
         f"<tool_call>{{'name': 'add', 'arguments': {{'a': (lambda: {payload})()}}}}</tool_call>",
-        "<tool_call>{'name': 'add', 'arguments': {'a': [x for x in ().__class__.__bases__]}}"
-        "</tool_call>",
+        ("<tool_call>{'name': 'add', 'arguments': {'a': [x for x in ().__class__.__bases__]}}"
+        "</tool_call>"),
     ]
     for reply in replies:
         for fmt in PARSERS:
