@@ -1,0 +1,224 @@
+"""The tool registry: schema checks before running, bounds, limits, order, user tools."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import threading
+import time
+
+import pytest
+
+from evalpipe.errors import InputError
+from evalpipe.records import ToolCall
+from evalpipe.tools import BUILTIN_TOOLS, TOOLSETS, Tool, ToolLimits, Toolset, build_toolset
+from evalpipe.tools.builtin import MAX_FIB_N, tool_from_callable
+from evalpipe.tools.registry import MAX_ARGUMENT_CHARS, result_text
+
+
+def one(toolset: Toolset, name: str, arguments) -> dict:
+    return toolset.execute([ToolCall(name, arguments, id="c0")])[0].to_dict()
+
+
+@pytest.fixture(scope="module")
+def math_tools() -> Toolset:
+    return build_toolset("math")
+
+
+def test_toolsets_and_schemas(math_tools):
+    assert build_toolset("none").names == []
+    assert build_toolset("calculator").names == ["add", "subtract", "multiply", "divide"]
+    assert set(math_tools.names) == set(TOOLSETS["math"])
+    for schema in math_tools.schemas():
+        assert schema["type"] == "function"
+        fn = schema["function"]
+        assert fn["name"] in BUILTIN_TOOLS and fn["description"]
+        assert fn["parameters"]["additionalProperties"] is False
+    with pytest.raises(InputError):
+        build_toolset("everything")
+
+
+@pytest.mark.parametrize("name,arguments,result", [
+    ("add", {"a": 12, "b": 30}, 42),
+    ("add", {"a": 0.1, "b": 0.2}, 0.3),
+    ("subtract", {"a": 5, "b": 7.5}, -2.5),
+    ("multiply", {"a": 1234, "b": 5678}, 7006652),
+    ("divide", {"a": 10, "b": 2}, 5),
+    ("power", {"base": 2, "exponent": 10}, 1024),
+    ("sqrt", {"x": 81}, 9),
+    ("fib", {"n": 10}, 55),
+    ("fib", {"n": 0}, 0),
+])
+def test_builtin_results(math_tools, name, arguments, result):
+    event = one(math_tools, name, arguments)
+    assert event["error"] is None and event["result"] == result
+    assert event["call_id"] == "c0" and event["ms"] >= 0
+
+
+@pytest.mark.parametrize("arguments,fragment", [
+    ({"a": 1}, "'b' is a required property"),
+    ({"a": 1, "b": 2, "c": 3}, "Additional properties"),
+    ({"a": "1", "b": 2}, "is not of type 'number'"),
+    ({"a": True, "b": 2}, "is not of type 'number'"),
+    ({"a": None, "b": 2}, "is not of type 'number'"),
+    ({"a": [1], "b": {"x": 1}}, "is not of type 'number'"),
+])
+def test_schema_is_checked_before_running(math_tools, arguments, fragment):
+    event = one(math_tools, "add", arguments)
+    assert event["error"] == "invalid_arguments" and event["result"] is None
+    assert fragment in event["error_message"]
+
+
+def test_arguments_that_are_not_an_object(math_tools):
+    event = math_tools.execute([ToolCall("add", [1, 2])])[0]  # type: ignore[arg-type]
+    assert event.error == "invalid_arguments"
+
+
+def test_unknown_tool_names_what_is_offered(math_tools):
+    event = one(math_tools, "rm", {"path": "/"})
+    assert event["error"] == "unknown_tool"
+    assert "add" in event["error_message"] and "fib" in event["error_message"]
+    assert one(build_toolset("none"), "add", {"a": 1, "b": 2})["error"] == "unknown_tool"
+
+
+def test_oversized_arguments_are_refused(math_tools):
+    event = one(math_tools, "add", {"a": 1, "b": "9" * (MAX_ARGUMENT_CHARS + 1)})
+    assert event["error"] == "invalid_arguments" and "limit" in event["error_message"]
+
+
+@pytest.mark.parametrize("name,arguments,kind,fragment", [
+    ("fib", {"n": MAX_FIB_N + 1}, "invalid_arguments", "maximum"),
+    ("fib", {"n": -1}, "invalid_arguments", "minimum"),
+    ("fib", {"n": 2.5}, "invalid_arguments", "integer"),
+    ("power", {"base": 10, "exponent": 400}, "tool_exception", "digits"),
+    ("power", {"base": 0, "exponent": -1}, "tool_exception", "ZeroDivisionError"),
+    ("power", {"base": -8, "exponent": 0.5}, "tool_exception", "real"),
+    ("divide", {"a": 1, "b": 0}, "tool_exception", "ZeroDivisionError"),
+    ("sqrt", {"x": -4}, "tool_exception", "negative"),
+    ("multiply", {"a": 1e308, "b": 10}, "tool_exception", "finite"),
+])
+def test_bounds(math_tools, name, arguments, kind, fragment):
+    event = one(math_tools, name, arguments)
+    assert event["error"] == kind
+    assert fragment in event["error_message"]
+    assert "error" in json.loads(result_text(math_tools.execute(
+        [ToolCall(name, arguments)])[0]))
+
+
+def test_fib_at_its_limit_is_exact(math_tools):
+    event = one(math_tools, "fib", {"n": MAX_FIB_N})
+    assert event["error"] is None and isinstance(event["result"], int)
+    assert len(str(event["result"])) == 209
+
+
+def test_slow_tool_times_out_and_the_run_goes_on():
+    release = threading.Event()
+
+    def slow(x: int) -> int:
+        release.wait(5)
+        return x
+
+    tool = Tool("slow", "Sleeps.", {"type": "object", "properties": {"x": {"type": "integer"}},
+                                     "required": ["x"]}, slow)
+    toolset = Toolset({"slow": tool}, ToolLimits(timeout_s=0.2))
+    start = time.perf_counter()
+    event = toolset.execute([ToolCall("slow", {"x": 1}, id="c")])[0]
+    release.set()
+    assert event.error == "timeout" and event.result is None
+    assert time.perf_counter() - start < 4
+    assert "within 0.2 s" in json.loads(result_text(event))["error"]
+
+
+def test_long_results_are_truncated_and_flagged():
+    tool = Tool("long", "Long text.", {"type": "object", "properties": {}}, lambda: "x" * 10_000)
+    listy = Tool("listy", "Long list.", {"type": "object", "properties": {}},
+                 lambda: list(range(5000)))
+    toolset = Toolset({"long": tool, "listy": listy}, ToolLimits(max_result_chars=100))
+    for name in ("long", "listy"):
+        event = toolset.execute([ToolCall(name, {})])[0]
+        assert event.truncated and event.error is None
+        assert isinstance(event.result, str) and event.result.endswith("[truncated]")
+        assert len(event.result) <= 100 + len(" [truncated]")
+    short = Toolset({"long": tool}, ToolLimits(max_result_chars=20_000))
+    assert not short.execute([ToolCall("long", {})])[0].truncated
+
+
+def test_a_raising_tool_is_reported():
+    def broken() -> int:
+        raise RuntimeError("disk on fire")
+
+    toolset = Toolset({"broken": Tool("broken", "x", {"type": "object"}, broken)})
+    event = toolset.execute([ToolCall("broken", {})])[0]
+    assert event.error == "tool_exception" and "disk on fire" in event.error_message
+
+
+def test_parallel_calls_come_back_in_call_order():
+    def wait(ms: int) -> int:
+        time.sleep(ms / 1000)
+        return ms
+
+    tool = Tool("wait", "Waits.", {"type": "object", "properties": {"ms": {"type": "integer"}},
+                                   "required": ["ms"]}, wait)
+    toolset = Toolset({"wait": tool, **build_toolset("calculator").tools})
+    calls = [ToolCall("wait", {"ms": ms}, id=f"c{i}") for i, ms in enumerate([300, 10, 150, 0])]
+    calls.insert(2, ToolCall("nope", {}, id="bad"))
+    calls.append(ToolCall("add", {"a": 1, "b": 2}, id="sum"))
+    events = toolset.execute(calls)
+    assert [e.call_id for e in events] == ["c0", "c1", "bad", "c2", "c3", "sum"]
+    assert [e.result for e in events] == [300, 10, None, 150, 0, 3]
+    assert events[2].error == "unknown_tool"
+    fine = [ToolCall("wait", {"ms": 200}, id=f"p{i}") for i in range(4)]
+    start = time.perf_counter()
+    assert [e.call_id for e in toolset.execute(fine)] == ["p0", "p1", "p2", "p3"]
+    assert time.perf_counter() - start < 2.0  # 4 x 200 ms ran concurrently (0.8 s in series)
+
+
+@pytest.fixture()
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "my_tools_for_test.py").write_text(textwrap.dedent('''
+        def convert_currency(amount: float, rate: float, round_to: int = 2) -> float:
+            """Convert an amount with an exchange rate."""
+            return round(amount * rate, round_to)
+
+        def shout(text: str, loud: bool = True) -> str:
+            return text.upper() if loud else text
+
+        def untyped(x):
+            return x
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "my_tools_for_test"
+
+
+def test_user_tools_from_module_and_function(user_module):
+    tool = tool_from_callable(f"{user_module}:convert_currency")
+    assert tool.name == "convert_currency"
+    assert tool.description == "Convert an amount with an exchange rate."
+    assert tool.parameters == {
+        "type": "object",
+        "properties": {"amount": {"type": "number"}, "rate": {"type": "number"},
+                       "round_to": {"type": "integer"}},
+        "required": ["amount", "rate"], "additionalProperties": False}
+    toolset = build_toolset("calculator", custom=[f"{user_module}:convert_currency",
+                                                  f"{user_module}:shout"])
+    assert toolset.names[-2:] == ["convert_currency", "shout"]
+    events = toolset.execute([ToolCall("convert_currency", {"amount": 10, "rate": 1.25}),
+                              ToolCall("shout", {"text": "hi"}),
+                              ToolCall("shout", {"text": 3})])
+    assert [e.result for e in events[:2]] == [12.5, "HI"]
+    assert events[2].error == "invalid_arguments"
+    assert build_toolset("none", custom=[f"{user_module}:shout"]).names == []
+
+
+@pytest.mark.parametrize("spec", ["no_such_module_xyz:f", "json:no_such_function", "json",
+                                  "my_tools_for_test:untyped"])
+def test_bad_user_tool_specs_are_input_errors(user_module, spec):
+    with pytest.raises(InputError):
+        tool_from_callable(spec)
+
+
+def test_result_text():
+    toolset = build_toolset("calculator")
+    ok, bad = toolset.execute([ToolCall("add", {"a": 1, "b": 2}), ToolCall("x", {})])
+    assert result_text(ok) == "3"
+    assert json.loads(result_text(bad)) == {"error": bad.error_message}
