@@ -156,6 +156,15 @@ def test_bm25_edge_cases() -> None:
     assert idx.top_k(["b"], 5) == [(2, pytest.approx(idx.get_scores(["b"])[2]))]
 
 
+def test_robertson_zero_idf_term_still_matches() -> None:
+    # df = N/2 gives idf ln(1) = 0: the documents match with score 0 and are returned,
+    # while documents without the term are not.
+    idx = BM25Index([["a"], ["a", "x"], ["b"], ["c"]], variant="robertson")
+    assert idx.idf[idx.vocab["a"]] == 0.0
+    assert idx.top_k(["a"], 3) == [(0, 0.0), (1, 0.0)]
+    assert [d for d, _ in idx.top_k(["a", "x"], 3)] == [1, 0]
+
+
 def test_bm25_repeated_query_term_counts_twice() -> None:
     idx = BM25Index([["a", "b"], ["b", "c"], ["c"]])
     np.testing.assert_allclose(idx.get_scores(["a", "a"]), 2 * idx.get_scores(["a"]))

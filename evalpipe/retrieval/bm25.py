@@ -57,6 +57,9 @@ class BM25Index:
                 # rank_bm25 floor: terms in over half the documents get eps x mean idf.
                 idf = np.where(idf < 0, self.epsilon * idf.mean(), idf)
         self.idf = idf
+        # With every idf > 0 a matching document always scores > 0, so "score > 0"
+        # finds the matches in one pass; otherwise (robertson edge cases) use postings.
+        self._positive = bool((idf > 0).all())
         self.doc_len = lengths
         avgdl = float(lengths.mean()) if self.n_docs and lengths.sum() else 1.0
         self.avgdl = avgdl
@@ -81,16 +84,16 @@ class BM25Index:
         """Dense scores for every document, and whether any document matched."""
         if not len(ids):
             return np.zeros(self.n_docs), False
-        starts, ends = self._indptr[ids], self._indptr[ids + 1]
-        counts = ends - starts
-        total = int(counts.sum())
-        if total == 0:
+        starts, ends = self._indptr[ids].tolist(), self._indptr[ids + 1].tolist()
+        if len(starts) == 1:
+            docs, weights = self._indices[starts[0]:ends[0]], self._data[starts[0]:ends[0]]
+        else:
+            # Slices + concatenate are memcpy; a loop over query terms, never over documents.
+            docs = np.concatenate([self._indices[a:b] for a, b in zip(starts, ends, strict=True)])
+            weights = np.concatenate([self._data[a:b] for a, b in zip(starts, ends, strict=True)])
+        if not len(docs):
             return np.zeros(self.n_docs), False
-        # Positions of every posting of every query term, without a Python loop.
-        offsets = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(total)
-        scores = np.bincount(self._indices[offsets], weights=self._data[offsets],
-                             minlength=self.n_docs)
-        return scores, True
+        return np.bincount(docs, weights=weights, minlength=self.n_docs), True
 
     def get_scores(self, query_tokens: Iterable[str]) -> np.ndarray:
         """Score of every document for a tokenised query (reference-compatible)."""
@@ -115,7 +118,13 @@ class BM25Index:
         scores, any_match = self.scores_ids(ids)
         if not any_match or k <= 0:
             return []
-        matched = np.flatnonzero(self.matching(ids))
+        if not self._positive:
+            return select_top(scores, np.flatnonzero(self.matching(ids)), k, order_key)
+        # Every match scores > 0: find the k-th best value over the full array (one
+        # O(n) pass), then only the few documents at or above it need sorting.
+        n = self.n_docs
+        kth = np.partition(scores, n - k)[n - k] if n > k else 0.0
+        matched = np.flatnonzero(scores >= kth) if kth > 0 else np.flatnonzero(scores > 0)
         return select_top(scores, matched, k, order_key)
 
 
