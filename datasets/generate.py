@@ -705,8 +705,9 @@ def pick_sample(records: list[dict], suite: str, rng: random.Random) -> list[dic
     if suite == "site_rag":
         abstain = [r for r in records if r["answer_type"] == "abstain"]
         answerable = [r for r in records if r["answer_type"] != "abstain"]
-        chosen = [next(r for r in abstain if r["lang"] == "vi"),
-                  next(r for r in abstain if r["lang"] == "en")]
+        first = rng.choice([r for r in abstain if r["lang"] == "en"])
+        chosen = [first, rng.choice([r for r in abstain if r["lang"] == "vi"
+                                     and r["tags"][-1] != first["tags"][-1]])]
         wanted = [("vi", "cross_lingual"), ("en", "changed_fact"), ("vi", "numeric"),
                   ("en", "short_text")]
         for lang, tag in wanted:
@@ -727,9 +728,13 @@ def pick_sample(records: list[dict], suite: str, rng: random.Random) -> list[dic
                   ("en", "shape:reversed2"), ("vi", "shape:parallel3"), ("en", "shape:parallel3")]
         return sorted((rng.choice([r for r in records if r["lang"] == lang and tag in r["tags"]])
                        for lang, tag in wanted), key=lambda r: r["id"])
-    vi = [r for r in records if r["lang"] == "vi"]
-    en = [r for r in records if r["lang"] == "en"]
-    return sorted(rng.sample(vi, 3) + rng.sample(en, 3), key=lambda r: r["id"])
+    chosen = []  # control: per language one number and two text answers
+    for lang in ("vi", "en"):
+        chosen.append(rng.choice([r for r in records if r["lang"] == lang
+                                  and r["answer_type"] == "number"]))
+        chosen += rng.sample([r for r in records if r["lang"] == lang
+                              and r["answer_type"] == "text"], 2)
+    return sorted(chosen, key=lambda r: r["id"])
 
 
 def dumps(records: list[dict]) -> str:
