@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -81,13 +81,51 @@ def done_path(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir) / f"part{rank}.done"
 
 
-def mark_done(run_dir: str | Path, rank: int, count: int | None = None) -> None:
-    """Tell rank 0 that this rank's part is complete (written after the last fsync)."""
+def append_part(run_dir: str | Path, rank: int, samples: Iterable[dict[str, Any]]) -> int:
+    """Append whole records to this rank's part and fsync (like RunStore.append_samples)."""
+    lines = [json.dumps(s, ensure_ascii=False, default=str) + "\n" for s in samples]
+    with open(part_path(run_dir, rank), "a", encoding="utf-8") as f:
+        f.write("".join(lines))
+        f.flush()
+        os.fsync(f.fileno())
+    return len(lines)
+
+
+def repair_part(run_dir: str | Path, rank: int) -> None:
+    """Cut a torn last line (from a killed rank) off this rank's part, so that
+    appends continue on a clean line. Call before a rank appends on resume."""
+    path = part_path(run_dir, rank)
+    if not path.is_file():
+        return
+    raw = path.read_bytes()
+    end = raw.rfind(b"\n") + 1
+    if end < len(raw):
+        with open(path, "r+b") as f:
+            f.truncate(end)
+
+
+def mark_done(run_dir: str | Path, rank: int, count: int | None = None,
+              token: str | None = None) -> None:
+    """Tell rank 0 that this rank's part is complete (written after the last fsync).
+    `token` (the launch key) lets rank 0 ignore markers left by an earlier launch."""
     path = done_path(run_dir, rank)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({"rank": rank, "samples": count, "pid": os.getpid(),
-                               "time": time.time()}) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps({"rank": rank, "samples": count, "token": token,
+                               "pid": os.getpid(), "time": time.time()}) + "\n",
+                   encoding="utf-8")
     os.replace(tmp, path)
+
+
+def _is_done(run_dir: str | Path, rank: int, token: str | None) -> bool:
+    path = done_path(run_dir, rank)
+    if not path.is_file():
+        return False
+    if token is None:
+        return True
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("token") == token
+    except (OSError, ValueError):
+        return False
 
 
 def clear_done(run_dir: str | Path, rank: int) -> None:
@@ -96,12 +134,13 @@ def clear_done(run_dir: str | Path, rank: int) -> None:
 
 
 def wait_for_parts(run_dir: str | Path, world: int, timeout: float | None = None,
-                   poll_s: float = 0.5) -> list[int]:
-    """Wait until every rank has written its done marker; returns the ranks still
-    missing when `timeout` (seconds; None = forever) ran out, [] when all are done."""
+                   poll_s: float = 0.5, token: str | None = None) -> list[int]:
+    """Wait until every rank has written its done marker (with this launch's
+    `token`, when given); returns the ranks still missing when `timeout` (seconds;
+    None = forever) ran out, [] when all are done."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        missing = [r for r in range(world) if not done_path(run_dir, r).is_file()]
+        missing = [r for r in range(world) if not _is_done(run_dir, r, token)]
         if not missing or (deadline is not None and time.monotonic() >= deadline):
             return missing
         time.sleep(poll_s)

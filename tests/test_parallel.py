@@ -178,3 +178,18 @@ def test_python_dash_m_evalpipe_runs_the_cli():
                           text=True, timeout=120, check=False,
                           cwd=os.path.dirname(os.path.dirname(__file__)))
     assert proc.returncode == 0 and "Usage: evalpipe" in proc.stdout and " run " in proc.stdout
+
+
+def test_parts_append_repair_and_done_tokens(tmp_path):
+    _write_run(tmp_path, ["q1", "q2", "q3"], ["c"])
+    parallel.append_part(tmp_path, 0, [_sample("c", "q1")])
+    with open(part_path(tmp_path, 0), "a") as f:
+        f.write('{"cell_id": "c", "qu')  # killed mid-write
+    parallel.repair_part(tmp_path, 0)
+    parallel.append_part(tmp_path, 0, [_sample("c", "q3")])
+    assert [r["question_id"] for r in parallel.read_records(part_path(tmp_path, 0))] == [
+        "q1", "q3"]
+    mark_done(tmp_path, 0, token="old-launch")  # a marker left by an earlier launch
+    assert wait_for_parts(tmp_path, 1, timeout=0.1, poll_s=0.02, token="this-launch") == [0]
+    mark_done(tmp_path, 0, count=2, token="this-launch")
+    assert wait_for_parts(tmp_path, 1, timeout=0.1, token="this-launch") == []
