@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 from click.testing import CliRunner
-from report_fixtures import BASE, TOOLS, make_run_a, samples_a, write_run
+from report_fixtures import BASE, MODEL, TOOLS, make_run_a, samples_a, write_run
 
 from evalpipe.report.build import build_report
 from evalpipe.report.load import load_run, model_parameters
@@ -85,8 +85,12 @@ def test_categories_and_cost_hand_computed(data):
 def test_model_parameters_fallbacks(run_dir):
     run = load_run(run_dir)
     assert model_parameters(run, BASE) == (135e6, "name")  # "tiny-135m"
-    run.manifest["cells"][BASE]["backend"] = {"parameters": 134_515_008}
+    # the runner records backend.describe() under the cell's "model"
+    run.manifest["cells"][BASE]["model"] = {"model_id": MODEL, "parameters": 134_515_008}
     assert model_parameters(run, BASE) == (134_515_008, "backend")
+    run.manifest["cells"][BASE]["model"] = {}
+    run.manifest["cells"][BASE]["settings"]["model"]["id"] = "gemma-3-270m"
+    assert model_parameters(run, BASE) == (268_098_176, "alias")
 
 
 def test_markdown(data):
