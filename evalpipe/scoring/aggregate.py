@@ -1,9 +1,16 @@
-"""aggregate: scored samples -> one row per group with rates, intervals, categories, cost."""
+"""aggregate: scored samples -> one row per group with rates, intervals, categories, cost.
+
+The scored dicts are read once into columns (numpy arrays); every group is
+then a set of row indices, so 100,000 samples aggregate in well under a second.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 from evalpipe.scoring.stats import mean_interval, rate, summary
 
@@ -13,54 +20,80 @@ PROPORTIONS = ("exact", "exact_strict", "exact_lenient", "format_valid", "format
 RATE_NAMES = PROPORTIONS + ("call_valid", "recall@k", "hit@k", "mrr", "ndcg")
 COST_FIELDS = ("prompt_tokens", "completion_tokens", "turns", "ttft_ms", "wall_ms",
                "prefill_ms", "decode_ms")
+_RETRIEVAL = ("recall", "hit", "mrr", "ndcg")
 
 
 def _sort_key(key: tuple) -> tuple:
     return tuple((v == ALL, "" if v is None else str(v)) for v in key)
 
 
-def _group_row(keys: Sequence[str], key: tuple, rows: list[dict[str, Any]],
+def _tri(value: Any) -> int:
+    return -1 if value is None else int(bool(value))
+
+
+class _Columns:
+    """The fields aggregate needs, one array per field."""
+
+    def __init__(self, rows: list[dict[str, Any]]):
+        n = len(rows)
+        self.infra = np.fromiter((bool(r.get("infra")) for r in rows), bool, n)
+        # -1: not applicable (None), 0: false, 1: true
+        self.prop = {name: np.fromiter((_tri(r.get(name)) for r in rows), np.int8, n)
+                     for name in PROPORTIONS}
+        self.attempted = np.fromiter((r.get("calls_attempted") or 0 for r in rows), np.int64, n)
+        self.valid = np.fromiter((r.get("calls_valid") or 0 for r in rows), np.int64, n)
+        nan = float("nan")
+        retrievals = [r.get("retrieval") for r in rows]
+        self.retrieval = {m: np.fromiter((x[m] if x is not None else nan for x in retrievals),
+                                         float, n) for m in _RETRIEVAL}
+        self.k = [r.get("k") if r.get("retrieval") is not None else None for r in rows]
+        costs = [r.get("cost") or {} for r in rows]
+        self.cost = {}
+        for name in COST_FIELDS:
+            values = (c.get(name) for c in costs)
+            self.cost[name] = np.fromiter((nan if v is None else v for v in values), float, n)
+        self.category = [r.get("category") for r in rows]
+        self.subtype = [r.get("subtype") for r in rows]
+        self.flags = [r.get("flags") or () for r in rows]
+
+
+def _group_row(keys: Sequence[str], key: tuple, idx: np.ndarray, cols: _Columns,
                mean_method: str, seed: int) -> dict[str, Any]:
-    counted = [r for r in rows if not r.get("infra")]
+    infra = cols.infra[idx]
+    counted = idx[~infra]
     out: dict[str, Any] = dict(zip(keys, key))
-    out["n"] = len(rows)
-    out["n_infra"] = len(rows) - len(counted)
-    k_values = {r.get("k") for r in counted if r.get("retrieval") is not None}
-    out["k"] = k_values.pop() if len(k_values) == 1 else (sorted(k_values) or None)
+    out["n"] = int(idx.size)
+    out["n_infra"] = int(infra.sum())
 
     rates: dict[str, Any] = {}
     for name in PROPORTIONS:
-        values = [r.get(name) for r in counted]
-        values = [v for v in values if v is not None]
-        rates[name] = rate(sum(1 for v in values if v), len(values))
-    attempted = sum(r.get("calls_attempted") or 0 for r in counted)
-    rates["call_valid"] = rate(sum(r.get("calls_valid") or 0 for r in counted), attempted)
-    retrievals = [r["retrieval"] for r in counted if r.get("retrieval") is not None]
-    rates["recall@k"] = mean_interval([x["recall"] for x in retrievals], mean_method, seed)
-    rates["hit@k"] = rate(sum(1 for x in retrievals if x["hit"]), len(retrievals))
-    rates["mrr"] = mean_interval([x["mrr"] for x in retrievals], mean_method, seed)
-    rates["ndcg"] = mean_interval([x["ndcg"] for x in retrievals], mean_method, seed)
+        values = cols.prop[name][counted]
+        applicable = values >= 0
+        rates[name] = rate(int((values == 1).sum()), int(applicable.sum()))
+    rates["call_valid"] = rate(int(cols.valid[counted].sum()), int(cols.attempted[counted].sum()))
+    recall = cols.retrieval["recall"][counted]
+    has = ~np.isnan(recall)
+    ks = {cols.k[i] for i in counted[has]}
+    out["k"] = ks.pop() if len(ks) == 1 else (sorted(ks) or None)
+    rates["recall@k"] = mean_interval(recall[has], mean_method, seed)
+    hit = cols.retrieval["hit"][counted][has]
+    rates["hit@k"] = rate(int((hit > 0).sum()), int(hit.size))
+    rates["mrr"] = mean_interval(cols.retrieval["mrr"][counted][has], mean_method, seed)
+    rates["ndcg"] = mean_interval(cols.retrieval["ndcg"][counted][has], mean_method, seed)
     out["rates"] = rates
 
-    categories: dict[str, int] = {}
-    subtypes: dict[str, int] = {}
-    flags: dict[str, int] = {}
-    for r in rows:
-        categories[r["category"]] = categories.get(r["category"], 0) + 1
-        if r.get("subtype"):
-            subtypes[r["subtype"]] = subtypes.get(r["subtype"], 0) + 1
-        for f in r.get("flags") or ():
-            flags[f] = flags.get(f, 0) + 1
-    out["categories"] = dict(sorted(categories.items()))
-    out["subtypes"] = dict(sorted(subtypes.items()))
-    out["flags"] = dict(sorted(flags.items()))
+    members = idx.tolist()
+    out["categories"] = dict(sorted(Counter(cols.category[i] for i in members).items()))
+    out["subtypes"] = dict(sorted(Counter(
+        s for s in (cols.subtype[i] for i in members) if s).items()))
+    out["flags"] = dict(sorted(Counter(f for i in members for f in cols.flags[i]).items()))
 
     cost: dict[str, Any] = {}
     for name in COST_FIELDS:
-        cost[name] = summary([c[name] for c in (r["cost"] for r in counted)
-                              if c.get(name) is not None])
-    cost["total_prompt_tokens"] = sum(r["cost"]["prompt_tokens"] for r in rows)
-    cost["total_completion_tokens"] = sum(r["cost"]["completion_tokens"] for r in rows)
+        values = cols.cost[name][counted]
+        cost[name] = summary(values[~np.isnan(values)])
+    cost["total_prompt_tokens"] = int(np.nansum(cols.cost["prompt_tokens"][idx]))
+    cost["total_completion_tokens"] = int(np.nansum(cols.cost["completion_tokens"][idx]))
     out["cost"] = cost
     return out
 
@@ -71,21 +104,26 @@ def aggregate(scored: Iterable[dict[str, Any]], by: Sequence[str] = ("cell_id", 
     for each combination of the other keys. Rows are sorted by key, "all" last.
 
     Each row: the keys; n (samples) and n_infra (infra errors, kept out of every
-    rate and cost figure but counted in categories); k; rates: name ->
-    {"rate", "n", "lo", "hi"} for exact, exact_strict, exact_lenient,
+    rate and cost figure but counted in categories and token totals); k; rates:
+    name -> {"rate", "n", "lo", "hi"} for exact, exact_strict, exact_lenient,
     format_valid, format_valid_strict, plan_exact (Wilson 95%, over the samples
     where the field is not None), call_valid (Wilson over calls), hit@k (Wilson),
-    recall@k, mrr, ndcg (means with a t interval, or a seeded bootstrap); categories,
-    subtypes and flags: name -> count; cost: name -> {mean, p50, p95, n} and
-    token totals."""
+    recall@k, mrr, ndcg (means with a t interval, or a seeded bootstrap with
+    mean_interval_method="bootstrap"); categories, subtypes and flags: name ->
+    count; cost: name -> {mean, p50, p95, n} and token totals."""
+    rows = scored if isinstance(scored, list) else list(scored)
     keys = tuple(by)
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple, list[int]] = {}
     roll_up = "suite" in keys
-    for row in scored:
+    for i, row in enumerate(rows):
         key = tuple(row.get(b) for b in keys)
-        groups.setdefault(key, []).append(row)
+        groups.setdefault(key, []).append(i)
         if roll_up:
             all_key = tuple(ALL if b == "suite" else row.get(b) for b in keys)
-            groups.setdefault(all_key, []).append(row)
-    return [_group_row(keys, key, groups[key], mean_interval_method, seed)
+            groups.setdefault(all_key, []).append(i)
+    if not groups:
+        return []
+    cols = _Columns(rows)
+    return [_group_row(keys, key, np.asarray(groups[key], dtype=np.int64), cols,
+                       mean_interval_method, seed)
             for key in sorted(groups, key=_sort_key)]

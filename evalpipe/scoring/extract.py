@@ -25,22 +25,21 @@ numbers; they raise the number_words flag.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from evalpipe.scoring.normalize import strip_diacritics, text_key
 
 _SPACES = "\u0020\u00a0\u2009\u202f"
-_NUMBER_RUN = re.compile(
-    r"(?:(?<![\w.,\-\u2212])([-\u2212]))?(?<![\w.,])"
-    r"(\d+(?:[.," + _SPACES + r"]\d+)*)"
-    r"(?:[eE]([-+]?\d+)(?!\w))?")
+_NUMBER_RUN = re.compile(r"\d+(?:[.," + _SPACES + r"]\d+)*")
+_EXPONENT = re.compile(r"[eE]([-+]?\d+)(?!\w)")
+_MINUS = "-\u2212"
 _SPACE_RE = re.compile("[" + _SPACES + "]")
 _SEP_RE = re.compile(r"[.,]")
 _DECIMAL_TAIL = re.compile(r"(\d{3})([.,]\d+)")
-_DIGIT = re.compile(r"\d")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Number:
     value: int | float
     alt: int | float | None  # the other reading of an ambiguous "1,234" / "1.234"
@@ -131,20 +130,34 @@ def _parse_run(run: str, sign: str, lang: str) -> list[tuple[int | float, int | 
     return out
 
 
+def _inside_word(ch: str) -> bool:
+    return ch.isalnum() or ch in "_.,"
+
+
 def extract_numbers(text: str, lang: str = "en") -> list[Number]:
     """Every number written with digits in a reply, in order."""
-    if not text or not _DIGIT.search(text):
+    if not text:
         return []
     numbers: list[Number] = []
     for m in _NUMBER_RUN.finditer(text):
-        sign, run, exponent = m.group(1), m.group(2), m.group(3)
-        parsed = _parse_run(run, sign, lang)
+        start, end = m.span()
+        sign = ""
+        if start:
+            prev = text[start - 1]
+            if _inside_word(prev):
+                continue  # "s1", "H2O", "v1.2": part of a word
+            if prev in _MINUS and (start == 1 or not (_inside_word(text[start - 2])
+                                                      or text[start - 2] in _MINUS)):
+                sign = "-"
+                start -= 1
+        parsed = _parse_run(m.group(), sign, lang)
+        exponent = _EXPONENT.match(text, end) if end < len(text) else None
         if exponent is not None and len(parsed) == 1:
-            value, _, _ = parsed[0]
-            value = float(value) * 10.0 ** int(exponent)
-            parsed = [(value, None, 0 if float(value).is_integer() else 15)]
+            value = float(parsed[0][0]) * 10.0 ** int(exponent.group(1))
+            parsed = [(value, None, 0 if value.is_integer() else 15)]
+            end = exponent.end()
         for value, alt, decimals in parsed:
-            numbers.append(Number(value, alt, decimals, m.start(), m.end()))
+            numbers.append(Number(value, alt, decimals, start, end))
     return numbers
 
 
@@ -213,7 +226,7 @@ _SCALE_RE = re.compile(r"(?:^| )(?:" + "|".join(text_key(w) for w in _SCALE_WORD
 _NUMBER_WORD_RE = re.compile(
     r"(?:^| )(?:" + "|".join(text_key(w) for w in _SCALE_WORDS + _DIGIT_WORDS) + r")(?: |$)")
 _SCALE_AFTER_NUMBER = re.compile(
-    r"^(?:" + "|".join(text_key(w) for w in _SCALE_WORDS) + r")(?: |$)")
+    r"[\s\u00a0]*(?:" + "|".join(_SCALE_WORDS) + r")(?!\w)", re.IGNORECASE)
 
 
 def has_number_words(reply: str, reply_key: str, last: Number | None) -> bool:
@@ -221,14 +234,17 @@ def has_number_words(reply: str, reply_key: str, last: Number | None) -> bool:
     right after the last number ("7 million", "7 triệu")."""
     if last is None:
         return bool(_NUMBER_WORD_RE.search(reply_key))
-    return bool(_SCALE_AFTER_NUMBER.match(text_key(reply[last.end:last.end + 24])))
+    after = reply[last.end:last.end + 24]
+    if not after.isascii():
+        after = unicodedata.normalize("NFC", after)
+    return bool(_SCALE_AFTER_NUMBER.match(after))
 
 
 # --- language ----------------------------------------------------------------------------
 
 # Letters that occur in Vietnamese and not in ordinary English (or French) text.
 _VI_LETTERS = "ăđơưạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹĩũõã"
-_VI_WORD = re.compile(r"\w*[" + _VI_LETTERS + _VI_LETTERS.upper() + r"]\w*")
+_VI_LETTER = re.compile("[" + _VI_LETTERS + "]")
 _VI_WORDS = frozenset(text_key(w) for w in
     ["là", "của", "và", "có", "không", "được", "các", "những", "trong", "cho", "này", "với",
      "một", "người", "tôi", "bạn", "kết", "quả", "bằng", "đó", "thì", "từ", "theo", "về",
@@ -245,8 +261,7 @@ def detect_language(reply: str, reply_key: str) -> str | None:
     if not _LETTER.search(reply):
         return None
     words = reply_key.split()
-    vi = sum(1 for w in words if w in _VI_WORDS)
-    vi += len(_VI_WORD.findall(reply))
+    vi = sum(1 for w in words if w in _VI_WORDS or (not w.isascii() and _VI_LETTER.search(w)))
     en = sum(1 for w in words if w in _EN_WORDS)
     if vi > en:
         return "vi"

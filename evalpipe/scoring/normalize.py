@@ -1,9 +1,9 @@
 """Text normalisation for answer matching.
 
 `text_key` is the form two strings are compared in: NFC, casefold, Vietnamese
-tone marks moved to one canonical place in their word (so "hòa" == "hoà" and
-"thuý" == "thúy"), every character that is not a letter, digit or combining
-mark turned into a space, runs of spaces folded. Diacritics are kept: "ho" and
+tone placement made canonical (so "hòa" == "hoà" and "thuý" == "thúy"), every
+character that is not a letter, digit or combining mark turned into a space,
+runs of spaces folded. Diacritics are kept: "ho" and
 "hồ" stay different words. `loose_key` additionally drops every diacritic
 (and maps "đ" to "d"); it backs the lenient exact-match variant only.
 
@@ -16,36 +16,47 @@ from __future__ import annotations
 import re
 import unicodedata
 
-# The five Vietnamese tone marks as combining characters: grave, acute, tilde,
-# hook above, dot below. Vowel-quality marks (circumflex U+0302, breve U+0306,
-# horn U+031B) stay on their letter; only the tone moves.
-TONE_MARKS = "\u0300\u0301\u0303\u0309\u0323"
-_TONE_SET = frozenset(TONE_MARKS)
-_WORD_WITH_TONE = re.compile(
-    r"(?:[^\W_]|[\u0300-\u036f])*[" + TONE_MARKS + r"](?:[^\W_]|[\u0300-\u036f])*")
-_NOT_WORD = re.compile(r"(?:[^\w\u0300-\u036f]|_)+")
+# Vietnamese writes the tone of the glides "oa", "oe" and "uy" in two styles: on
+# the first vowel (old: "hòa", "thúy") or on the second (new: "hoà", "thuý").
+# Those three are the only places the styles differ, so the new style is the
+# canonical one and a table of the 60 old-style spellings (5 tones x 3 glides x
+# letter case) is rewritten in one regex pass.
+TONE_MARKS = "\u0300\u0301\u0303\u0309\u0323"  # grave, acute, tilde, hook above, dot below
+
+
+def _tone_table() -> dict[str, str]:
+    table = {}
+    for first, second in (("o", "a"), ("o", "e"), ("u", "y")):
+        for f in (first, first.upper()):
+            for s in (second, second.upper()):
+                for tone in TONE_MARKS:
+                    old = unicodedata.normalize("NFC", f + tone) + s
+                    table[old] = f + unicodedata.normalize("NFC", s + tone)
+    return table
+
+
+_OLD_STYLE = _tone_table()
+_OLD_STYLE_RE = re.compile("|".join(_OLD_STYLE))
+_NOT_WORD = re.compile(r"[^\w\u0300-\u036f]+")
 _COMBINING = re.compile(r"[\u0300-\u036f]+")
 
 
-def _move_tones(match: re.Match[str]) -> str:
-    word = match.group(0)
-    tones = "".join(ch for ch in word if ch in _TONE_SET)
-    return "".join(ch for ch in word if ch not in _TONE_SET) + tones
+def _new_style(match: re.Match[str]) -> str:
+    return _OLD_STYLE[match.group(0)]
 
 
 def canonical_tones(text: str) -> str:
-    """NFC text whose tone marks sit on the last letter of their word.
-
-    Old-style ("hòa", "thuý") and new-style ("hoà", "thúy") placements map to
-    one form; which form does not matter, only that both sides agree."""
+    """NFC text with the tone of "oa", "oe", "uy" on the second vowel ("hòa" -> "hoà",
+    "thúy" -> "thuý"); every other syllable is the same in both styles."""
     if text.isascii():
         return text
-    decomposed = unicodedata.normalize("NFD", text)
-    return unicodedata.normalize("NFC", _WORD_WITH_TONE.sub(_move_tones, decomposed))
+    return _OLD_STYLE_RE.sub(_new_style, unicodedata.normalize("NFC", text))
 
 
 def fold_space(text: str) -> str:
     """Punctuation and whitespace runs become one space; trimmed."""
+    if "_" in text:
+        text = text.replace("_", " ")
     return _NOT_WORD.sub(" ", text).strip()
 
 
@@ -54,8 +65,7 @@ def text_key(text: str) -> str:
     punctuation and space folded. Diacritics are kept."""
     if text.isascii():
         return fold_space(text.casefold())
-    text = unicodedata.normalize("NFC", text).casefold()
-    return fold_space(canonical_tones(text))
+    return fold_space(canonical_tones(text.casefold()))
 
 
 def strip_diacritics(text: str) -> str:

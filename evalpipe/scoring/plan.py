@@ -40,7 +40,6 @@ missing_step, extra_step, order_violation.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +53,7 @@ REL_TOL = 1e-6
 _MISSING = object()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Executed:
     name: str
     arguments: Any
@@ -83,12 +82,11 @@ def executed_calls(turns: list[dict[str, Any]]) -> list[Executed]:
     return out
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+_NUMERIC = (int, float)
 
 
 def _as_number(v: Any) -> float | None:
-    if _is_number(v):
+    if type(v) in _NUMERIC:
         return float(v)
     if isinstance(v, str):
         try:
@@ -99,17 +97,24 @@ def _as_number(v: Any) -> float | None:
 
 
 def values_match(got: Any, want: Any) -> bool:
+    """One argument: numbers with a relative tolerance (a numeric string counts as its
+    number), text in text_key form, anything else by equality."""
     if want is _MISSING:
         return False
-    if _is_number(want):
-        g = _as_number(got) if not isinstance(got, bool) else None
-        if g is None or not math.isfinite(g):
-            return False
-        w = float(want)
-        return g == w or abs(g - w) <= REL_TOL * max(abs(g), abs(w))
-    if isinstance(want, str):
+    tw = type(want)
+    if tw in _NUMERIC:
+        if type(got) in _NUMERIC:
+            g = got
+        else:
+            g = _as_number(got)
+            if g is None:
+                return False
+        if g == want:
+            return True
+        return math.isfinite(g) and abs(g - want) <= REL_TOL * max(abs(g), abs(want))
+    if tw is str:
         if isinstance(got, str):
-            return text_key(got) == text_key(want)
+            return got == want or text_key(got) == text_key(want)
         n = _as_number(want)
         return n is not None and values_match(got, n)
     return got == want
@@ -131,8 +136,9 @@ def arguments_match(name: str, got: Any, want: dict[str, Any]) -> bool:
     return True
 
 
-def _refs(step: dict[str, Any]) -> list[str]:
-    return [v[1:] for v in step["arguments"].values() if isinstance(v, str) and v.startswith("$")]
+def _refs(step: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(v[1:] for v in step["arguments"].values()
+                 if isinstance(v, str) and v.startswith("$"))
 
 
 def _resolve(step: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
@@ -140,16 +146,26 @@ def _resolve(step: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
             for k, v in step["arguments"].items()}
 
 
-_GOLD_RESULTS: dict[str, dict[str, Any]] = {}
+_COMPILED: dict[int, tuple[list[dict[str, Any]], dict[str, tuple[str, ...]], dict[str, Any]]] = {}
+
+
+def _compiled(steps: list[dict[str, Any]]) -> tuple[dict[str, tuple[str, ...]], dict[str, Any]]:
+    """(step id -> referenced step ids, step id -> expected result), cached per plan
+    object: a question's gold plan does not change while it is scored."""
+    entry = _COMPILED.get(id(steps))
+    if entry is not None and entry[0] is steps:
+        return entry[1], entry[2]
+    refs = {step["id"]: _refs(step) for step in steps}
+    results = gold_results(steps) if any(refs.values()) else {}
+    if len(_COMPILED) > 100_000:
+        _COMPILED.clear()
+    _COMPILED[id(steps)] = (steps, refs, results)
+    return refs, results
 
 
 def gold_results(steps: list[dict[str, Any]]) -> dict[str, Any]:
     """What each gold step returns, from the pure built-in tools; steps that need
-    another tool (search_site, a user's tool) or fail are left out. Cached."""
-    key = json.dumps(steps, sort_keys=True, default=str)
-    cached = _GOLD_RESULTS.get(key)
-    if cached is not None:
-        return cached
+    another tool (search_site, a user's tool) or fail are left out."""
     from evalpipe.tools.builtin import BUILTIN_TOOLS
 
     results: dict[str, Any] = {}
@@ -162,10 +178,19 @@ def gold_results(steps: list[dict[str, Any]]) -> dict[str, Any]:
             results[step["id"]] = tool.fn(**args)
         except (ArithmeticError, TypeError, ValueError):
             pass  # a broken gold plan is the validator's business, not the scorer's
-    if len(_GOLD_RESULTS) > 10_000:
-        _GOLD_RESULTS.clear()
-    _GOLD_RESULTS[key] = results
     return results
+
+
+def _order_violated(gold: list[dict[str, Any]], refs: dict[str, tuple[str, ...]],
+                    assigned: dict[str, int], executed: list[Executed]) -> bool:
+    """A step assigned to a call that does not run in a later turn than its references."""
+    for step in gold:
+        sid = step["id"]
+        if sid in assigned and refs[sid]:
+            turn = executed[assigned[sid]].turn
+            if any(r in assigned and executed[assigned[r]].turn >= turn for r in refs[sid]):
+                return True
+    return False
 
 
 def match_plan(executed: list[Executed], gold: list[dict[str, Any]]) -> PlanResult:
@@ -175,7 +200,7 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]]) -> PlanResu
             return PlanResult(True, None, None, None)
         return PlanResult(False, 0.0, None, "extra_step", ["extra_step"])
 
-    expected = gold_results(gold) if any(_refs(s) for s in gold) else {}
+    refs, expected = _compiled(gold)
     assigned: dict[str, int] = {}  # step id -> executed position
     full: set[str] = set()
     used: set[int] = set()
@@ -184,11 +209,12 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]]) -> PlanResu
         return {sid: executed[pos].result for sid, pos in assigned.items() if executed[pos].ok}
 
     # 1. full matches
+    results = dict(expected)
     for step in gold:
-        results = dict(expected)
-        results.update(actual_results())
-        want = _resolve(step, results)
-        dep_turn = max((executed[assigned[r]].turn for r in _refs(step) if r in assigned),
+        sid = step["id"]
+        step_refs = refs[sid]
+        want = _resolve(step, results) if step_refs else step["arguments"]
+        dep_turn = max((executed[assigned[r]].turn for r in step_refs if r in assigned),
                        default=-1)
         best = None
         for e in executed:
@@ -201,9 +227,16 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]]) -> PlanResu
                 if best is None:
                     best = e
         if best is not None:
-            assigned[step["id"]] = best.position
-            full.add(step["id"])
+            assigned[sid] = best.position
+            full.add(sid)
             used.add(best.position)
+            results[sid] = best.result
+
+    if len(full) == len(gold) == len(executed):  # the usual right answer: nothing left over
+        if _order_violated(gold, refs, assigned, executed):
+            return PlanResult(False, 1.0, 1.0, "order_violation", ["order_violation"],
+                              dict(assigned))
+        return PlanResult(True, 1.0, 1.0, None, [], dict(assigned))
 
     # 2. name matches
     by_name: set[str] = set()
@@ -244,7 +277,7 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]]) -> PlanResu
     consistent: set[str] = set()
     for step in gold:
         sid = step["id"]
-        if (sid in by_name and _refs(step) and executed[assigned[sid]].ok
+        if (sid in by_name and refs[sid] and executed[assigned[sid]].ok
                 and arguments_match(step["name"], executed[assigned[sid]].arguments,
                                     _resolve(step, results))):
             consistent.add(sid)
@@ -259,16 +292,9 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]]) -> PlanResu
     if spare:
         reasons.append("extra_step")
 
-    # order: a matched step runs in a later turn than the steps it references
+    if _order_violated(gold, refs, assigned, executed):
+        reasons.append("order_violation")
     matched_ids = full | consistent
-    for step in gold:
-        sid = step["id"]
-        if sid not in assigned:
-            continue
-        turn = executed[assigned[sid]].turn
-        if any(r in assigned and executed[assigned[r]].turn >= turn for r in _refs(step)):
-            reasons.append("order_violation")
-            break
 
     reasons = [r for r in REASONS if r in reasons]
     n_matched = len(matched_ids)

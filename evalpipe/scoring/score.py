@@ -54,6 +54,14 @@ def first_retrieval_list(sample: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
+def _rank_key(chunk: dict[str, Any]) -> tuple:
+    """Best first: by rank; ties (or no rank) by score, then chunk id."""
+    rank = chunk.get("rank")
+    score = chunk.get("score")
+    return (rank if rank is not None else float("inf"),
+            -score if score is not None else 0.0, str(chunk.get("chunk_id", "")))
+
+
 def score_sample(sample: dict[str, Any], question: Question, k: int = 3) -> dict[str, Any]:
     """Score one sample against its question. See docs/scoring.md for every field."""
     settings = sample.get("settings") or {}
@@ -74,46 +82,52 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3) -> dict
     prompt_tokens = completion_tokens = 0
     prefill_ms = decode_ms = 0.0
     for turn in turns:
-        calls = turn.get("calls") or ()
-        parse_errors = turn.get("parse_errors") or ()
-        strict_errors = turn.get("strict_errors") or ()
-        events = turn.get("tool_events") or ()
-        attempted += len(calls) + len(parse_errors)
-        bad = 0
-        for event in events:
-            called = True
-            error = event.get("error")
-            if error == "unknown_tool":
-                unknown = True
-                bad += 1
-            elif error == "invalid_arguments":
-                invalid = True
-                bad += 1
-            elif error:
-                tool_error = True
-            if event.get("truncated"):
-                truncated = True
-        if offered_set is not None and len(events) < len(calls):  # calls that never ran
-            ran = {e.get("call_id") for e in events}
-            for call in calls:
-                if call.get("id") not in ran and call.get("name") not in offered_set:
-                    unknown = True
-                    bad += 1
-        turn_valid = max(0, len(calls) - bad)
-        valid += turn_valid
-        fixed = max(len(strict_errors) - len(parse_errors), 1 if turn.get("repaired") else 0)
-        valid_strict += max(0, turn_valid - fixed)
-        if parse_errors:
-            malformed = True
-        if len(calls) > 1:
-            parallel = True
-        if fixed:
-            repaired = True
+        calls = turn.get("calls")
+        parse_errors = turn.get("parse_errors")
+        strict_errors = turn.get("strict_errors")
+        if calls or parse_errors or strict_errors or turn.get("repaired"):
+            calls = calls or ()
+            parse_errors = parse_errors or ()
+            events = turn.get("tool_events") or ()
+            attempted += len(calls) + len(parse_errors)
+            bad = 0
+            for event in events:
+                called = True
+                error = event.get("error")
+                if error:
+                    if error == "unknown_tool":
+                        unknown = True
+                        bad += 1
+                    elif error == "invalid_arguments":
+                        invalid = True
+                        bad += 1
+                    else:
+                        tool_error = True
+                if event.get("truncated"):
+                    truncated = True
+            if offered_set is not None and len(events) < len(calls):  # calls that never ran
+                ran = {e.get("call_id") for e in events}
+                for c in calls:
+                    if c.get("id") not in ran and c.get("name") not in offered_set:
+                        unknown = True
+                        bad += 1
+            turn_valid = max(0, len(calls) - bad)
+            valid += turn_valid
+            fixed = max(len(strict_errors or ()) - len(parse_errors),
+                        1 if turn.get("repaired") else 0)
+            valid_strict += max(0, turn_valid - fixed)
+            if parse_errors:
+                malformed = True
+            if len(calls) > 1:
+                parallel = True
+            if fixed:
+                repaired = True
         finish = turn.get("finish_reason")
-        if finish == "length":
-            length = True
-        elif finish == "error":
-            infra = True
+        if finish != "stop":
+            if finish == "length":
+                length = True
+            elif finish == "error":
+                infra = True
         prompt_tokens += turn.get("prompt_tokens") or 0
         completion_tokens += turn.get("completion_tokens") or 0
         prefill_ms += turn.get("prefill_ms") or 0.0
@@ -134,7 +148,11 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3) -> dict
     mode = (settings.get("retrieval") or {}).get("mode", "none")
     rag = bool(passages) and (mode in ("prepend", "tool") or bool(retrieved))
     gold_shown = bool(passages) and any(covers(c, g) for c in retrieved for g in passages)
-    retrieval = retrieval_scores(first_retrieval_list(sample), passages, k) if rag else None
+    retrieval = None
+    if rag:
+        ranked = sorted(first_retrieval_list(sample), key=_rank_key)
+        retrieval = retrieval_scores([(c["doc"], c["start"], c["end"]) for c in ranked],
+                                     [(g["doc"], g["start"], g["end"]) for g in passages], k)
 
     # --- category and flags ------------------------------------------------------------
     category, subtype = primary_category(Facts(

@@ -34,9 +34,9 @@ _T_CACHE: dict[int, float] = {}
 def _t975(df: int) -> float:
     value = _T_CACHE.get(df)
     if value is None:
-        from scipy.stats import t
+        from scipy.special import stdtrit  # scipy.stats would cost seconds to import
 
-        value = _T_CACHE[df] = float(t.ppf(0.975, df))
+        value = _T_CACHE[df] = float(stdtrit(df, 0.975))
     return value
 
 
