@@ -230,3 +230,31 @@ def test_cli_report_bad_run_dir(tmp_path):
     (tmp_path / "empty").mkdir()
     res = CliRunner().invoke(main, ["report", str(tmp_path / "empty")])
     assert res.exit_code == 2 and "manifest.json" in res.output
+
+
+def test_infra_errors_are_left_out_and_noted(tmp_path):
+    from report_fixtures import Q
+
+    from evalpipe.scoring.synth import make_sample
+
+    samples = samples_a()
+    samples[3] = make_sample(Q["a4"], stop_reason="infra_error", cell_id=BASE, model=MODEL,
+                             toolset="none", tools_offered=[])
+    data = build_report(load_run(write_run(tmp_path / "r", samples)))
+    m = acc(data, BASE, "arithmetic", "exact")
+    assert (m["rate"], m["n"]) == (pytest.approx(1 / 3), 3)
+    cats = {r["cell_id"]: r for r in data["categories"]}
+    assert cats[BASE]["counts"]["infra_error"] == 1
+    assert f"left out of the rates: {BASE} (all): 1" in render_markdown(data)
+
+
+def test_html_sample_cap(run_dir):
+    from evalpipe.report.html import render_html
+
+    run = load_run(run_dir)
+    data = build_report(run)
+    page = render_html(run, data, {}, max_samples=5)
+    payload = page.split('id="sample-data">', 1)[1].split("</script>", 1)[0]
+    assert len(json.loads(payload)) == 5
+    assert "first 5 of 12 samples" in page
+    assert "first" not in render_html(run, data, {}, max_samples=None).split("Samples</h2>")[1][:40]

@@ -34,8 +34,11 @@ def _write(text: str, out: str | None) -> None:
               help="Also write the plots as PNG files into this folder.")
 @click.option("--standalone", is_flag=True,
               help="latex: a whole compilable document instead of table environments.")
+@click.option("--max-samples", type=click.IntRange(min=0), default=20_000, show_default=True,
+              help="html: at most this many samples (with transcripts) in the sample browser; "
+                   "0 for all.")
 @handle_errors
-def report(run_dir, fmt, out, plots_dir, standalone):
+def report(run_dir, fmt, out, plots_dir, standalone, max_samples):
     """Tables (and plots) of a run: accuracy per cell x suite, failure categories, cost.
 
     Reads RUN_DIR/scores.json (computed in memory when missing) and never writes
@@ -66,7 +69,7 @@ def report(run_dir, fmt, out, plots_dir, standalone):
                 raise
             click.echo(f"warning: {exc}; the HTML report has no plots", err=True)
             plots = {}
-        text = render_html(run, data, plots)
+        text = render_html(run, data, plots, max_samples=max_samples or None)
     elif fmt == "csv":
         text = render_csv(data)
     elif fmt == "latex":

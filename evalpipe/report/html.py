@@ -18,6 +18,7 @@ from evalpipe.report.render import accuracy_grid, category_grid, cost_grid
 from evalpipe.scoring.retrieval_metrics import covers
 
 PAGE_SIZE = 200
+MAX_SAMPLES = 20_000  # transcripts embedded in one file; more makes a slow, huge page
 
 
 def _chunk_rows(chunks: list[dict[str, Any]], gold: list[dict[str, Any]], source: str
@@ -127,6 +128,7 @@ pre{white-space:pre-wrap;word-break:break-word;margin:4px 0;font-size:12px}
 JS = r"""
 (function(){
 const DATA = JSON.parse(document.getElementById('sample-data').textContent);
+DATA.forEach((s, i) => { s.i = i; });
 const PAGE = %PAGE%;
 let limit = PAGE;
 const $ = id => document.getElementById(id);
@@ -251,8 +253,10 @@ render();
 """
 
 
-def render_html(run: RunData, data: dict[str, Any], plots: dict[str, bytes] | None = None
-                ) -> str:
+def render_html(run: RunData, data: dict[str, Any], plots: dict[str, bytes] | None = None,
+                max_samples: int | None = MAX_SAMPLES) -> str:
+    """The whole page. At most `max_samples` samples go into the browser (in run order;
+    None: all); the page says when some were left out. The tables always cover all."""
     k = data["k"]
     parts = []
     for metric, _, proportion in MAIN_METRICS:
@@ -269,9 +273,13 @@ def render_html(run: RunData, data: dict[str, Any], plots: dict[str, bytes] | No
         for name, png in (plots or {}).items()) or "<p>No plots (matplotlib not installed).</p>"
 
     by_key = {(s.get("cell_id"), s.get("question_id")): s for s in run.samples}
+    scored = run.scores.get("samples", [])
+    kept = scored if max_samples is None else scored[:max_samples]
     views = [sample_view(sc, by_key.get((sc["cell_id"], sc["question_id"])),
-                         run.questions.get(sc["question_id"]))
-             for sc in run.scores.get("samples", [])]
+                         run.questions.get(sc["question_id"])) for sc in kept]
+    left_out = (f'<p class="bad">The browser holds the first {len(kept)} of {len(scored)} '
+                "samples (--max-samples); the tables cover all of them.</p>"
+                if len(kept) < len(scored) else "")
     title = f"evalpipe report: {data['run_id']}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -292,7 +300,7 @@ Scorer version {html.escape(str(data.get('scorer_version')))}.</p>
 <p>x columns: ratio to the cell of the same model without tools and retrieval.</p>
 {cost_html}</section>
 <section id="plots"><h2>Plots</h2>{plot_html}</section>
-<section id="browser"><h2>Samples</h2>
+<section id="browser"><h2>Samples</h2>{left_out}
 <div class="filters">
 <label>cell <select id="f-cell"><option value="">all</option></select></label>
 <label>suite <select id="f-suite"><option value="">all</option></select></label>

@@ -107,6 +107,10 @@ def render_markdown(data: dict[str, Any]) -> str:
             "that failed for infrastructure reasons are kept out of every rate.\n")]
     if data.get("rescored"):
         out.append("_scores.json was missing: scores were computed for this report._\n")
+    infra = [f"{r['cell_id']} ({r['suite']}): {r['n_infra']}" for r in data["accuracy"]
+             if r.get("n_infra") and r["suite"] == "all"]
+    if infra:
+        out.append("Infrastructure errors, left out of the rates: " + "; ".join(infra) + "\n")
     for metric, _, proportion in MAIN_METRICS:
         header, rows = accuracy_grid(data, metric, proportion)
         out.append(f"## {metric_label(metric, k)}\n")
