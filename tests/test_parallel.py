@@ -193,3 +193,105 @@ def test_parts_append_repair_and_done_tokens(tmp_path):
     assert wait_for_parts(tmp_path, 1, timeout=0.1, poll_s=0.02, token="this-launch") == [0]
     mark_done(tmp_path, 0, count=2, token="this-launch")
     assert wait_for_parts(tmp_path, 1, timeout=0.1, token="this-launch") == []
+
+
+# -- two processes through the runner (active once runner.py uses evalpipe.parallel) ----------
+
+def _runner_is_parallel() -> bool:
+    from pathlib import Path
+
+    import evalpipe.runner
+
+    return "parallel." in Path(evalpipe.runner.__file__).read_text(encoding="utf-8")
+
+
+RUN_CODE = """
+import json, sys
+from pathlib import Path
+from evalpipe.config import parse_config
+from evalpipe.runner import execute_run
+cfg = parse_config(json.loads(Path(sys.argv[1]).read_text()), source=sys.argv[1])
+print(execute_run(cfg, Path(sys.argv[2]), use_cache=False, echo=print))
+"""
+
+
+@pytest.fixture
+def echo_server():
+    """A stub Chat Completions server: 'times' questions call multiply (hermes text),
+    tool results get 'The answer is 42.', anything else is echoed."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            users = [m["content"] for m in body["messages"] if m["role"] == "user"]
+            if users[-1].startswith("<tool_response>"):
+                text = "The answer is 42."
+            elif "times" in users[-1]:
+                text = '<tool_call>{"name": "multiply", "arguments": {"a": 6, "b": 7}}</tool_call>'
+            else:
+                text = f"echo {users[-1]}"
+            raw = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant", "content": text}}], "usage": {
+                "prompt_tokens": 5, "completion_tokens": 3}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.skipif(not _runner_is_parallel(), reason="runner.py does not use evalpipe.parallel "
+                    "yet (integration pending)")
+def test_two_ranks_write_the_same_run_as_one_process(tmp_path, echo_server):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({
+        "id": f"q{i}", "suite": "arithmetic" if i % 2 else "control", "answer": 42,
+        "question": f"What is 6 times 7? ({i})" if i % 3 else f"Say {i}"}) + "\n"
+        for i in range(11)))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "name": "par", "questions": [str(questions)], "formats": ["hermes"],
+        "toolsets": ["none", "calculator"],
+        "models": [{"id": "stub", "backend": "openai", "base_url": echo_server,
+                    "stream": "off"}]}))
+    env = {k: v for k, v in os.environ.items() if k not in (
+        "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", parallel.RUN_ID_ENV)}
+    env.update(EVALPIPE_CACHE=str(tmp_path / "cache"), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT="29517")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    single = subprocess.run([sys.executable, "-c", RUN_CODE, str(config), str(tmp_path / "one")],
+                            env=env, cwd=repo, capture_output=True, text=True, timeout=300,
+                            check=False)
+    assert single.returncode == 0, single.stderr[-2000:]
+    procs = [subprocess.Popen([sys.executable, "-c", RUN_CODE, str(config), str(tmp_path / "two")],
+                              env=dict(env, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                                       LOCAL_WORLD_SIZE="2"),
+                              cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+
+    def run_dir(root):
+        [found] = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+                   and p.name != "latest"]
+        return found
+
+    one, two = run_dir(tmp_path / "one"), run_dir(tmp_path / "two")
+    a = [json.loads(x) for x in (one / "samples.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (two / "samples.jsonl").read_text().splitlines()]
+    assert len(a) == len(b) == 22
+    assert [(s["cell_id"], s["question_id"], s["final_answer"]) for s in a] == [
+        (s["cell_id"], s["question_id"], s["final_answer"]) for s in b]
+    assert not list(two.glob("samples.part*")) and not list(two.glob("part*.done"))
+    assert (two / "scores.json").is_file()
