@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
+import timeit
 from collections import Counter
 
 from evalpipe.questions import Question
@@ -118,6 +119,11 @@ def main() -> None:
     rows = aggregate(scored)
     agg_wall, agg_cpu = time.perf_counter() - wall, time.process_time() - cpu
 
+    # A fixed pure-Python loop timed in the same run: the ratio below carries over
+    # between machines better than samples/s does on a busy one.
+    reference = min(timeit.Timer("sum(range(1000))", timer=time.process_time)
+                    .repeat(number=2000, repeat=5)) / 2000
+
     n = args.n
     print(f"samples            {n:,}   (wall = elapsed; cpu = this process's CPU time, "
           "steadier on a shared machine)")
@@ -127,6 +133,9 @@ def main() -> None:
         print(f"{label:18s} wall {w:6.2f} s {n / w:9,.0f} samples/s   "
               f"cpu {c:6.2f} s {n / c:9,.0f} samples/s")
     print(f"aggregate rows     {len(rows)}")
+    per_sample = (score_cpu + agg_cpu) / n
+    print(f"reference loop     sum(range(1000)) = {reference * 1e6:.1f} us cpu; one sample "
+          f"scored and aggregated = {per_sample / reference:.1f} reference loops")
     mix = Counter(s["category"] for s in scored)
     print("categories         " + ", ".join(f"{k} {v}" for k, v in mix.most_common()))
 
