@@ -141,3 +141,21 @@ def test_aggregate_all_rates_present_and_finite():
             if r["n"] >= 2:
                 assert 0.0 <= r["lo"] <= r["rate"] <= r["hi"] <= 1.0, name
                 assert not math.isnan(r["lo"])
+
+
+def test_aggregate_empty_and_other_groupings():
+    assert aggregate([]) == []
+    rows = aggregate(scored_set(), by=("suite",))
+    assert [r["suite"] for r in rows] == ["plan", "site_rag", "all"]
+    rows = aggregate(scored_set(), by=("question_id",))
+    assert [r["question_id"] for r in rows] == ["p1", "r1"]
+    boot = aggregate(scored_set(), by=("suite",), mean_interval_method="bootstrap", seed=3)
+    assert boot == aggregate(scored_set(), by=("suite",), mean_interval_method="bootstrap",
+                             seed=3)
+    assert boot[1]["rates"]["mrr"]["rate"] == pytest.approx(0.75)
+
+
+def test_aggregate_is_json():
+    import json
+
+    json.dumps(aggregate(scored_set()))

@@ -266,3 +266,32 @@ def test_scores_a_real_sample_record():
     sample = make_sample(CALC, "Kết quả là 294.", steps=RIGHT_CALLS)
     record = Sample.from_dict(json.loads(json.dumps(sample))).to_dict()
     assert score(record, CALC) == score(sample, CALC)
+
+
+def test_scoring_does_not_touch_the_sample():
+    import copy
+
+    sample = make_sample(RAG, "7 giờ 30", retrieved=SHOWN, retrieval_mode="prepend",
+                         toolset="none")
+    before = copy.deepcopy(sample)
+    score(sample, RAG)
+    assert sample == before
+
+
+def test_chunks_without_source_are_one_prepended_list():
+    old = [{k: v for k, v in c.items() if k not in ("source", "query_index")} for c in SHOWN]
+    out = score(make_sample(RAG, "8 giờ", retrieved=old, retrieval_mode="prepend",
+                            toolset="none"), RAG)
+    assert out["retrieval"]["hit"] == 1.0 and out["category"] == "misread_context"
+
+
+def test_a_call_to_a_tool_not_offered_that_never_ran_is_unknown():
+    # the last turn's calls are not executed when the loop hits max_turns
+    steps = [{"raw": "<tool_call>", "calls": [{"name": "plus", "arguments": {}, "id": "c0"}]}]
+    out = score(make_sample(CALC, stop_reason="turn_limit", steps=steps), CALC)
+    assert (out["category"], out["format_valid"]) == ("unknown_tool", False)
+
+
+def test_toolless_question_answered_without_tools_has_an_exact_plan():
+    out = score(make_sample(NO_TOOLS, "Hà Nội"), NO_TOOLS)
+    assert (out["category"], out["plan_exact"], out["step_precision"]) == ("correct", True, None)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from evalpipe.scoring.plan import executed_calls, match_plan
 from evalpipe.scoring.synth import call
@@ -140,3 +142,37 @@ def test_search_query_is_free_text():
     gold = [{"id": "s1", "name": "search_site", "arguments": {"query": "giờ mở cửa thư viện"}}]
     assert plan(gold, [call("search_site", {"query": "library opening hours"}, [])]).exact
     assert not plan(gold, [call("search_site", {"query": "  "}, [])]).exact
+
+
+CHAIN = [
+    {"id": "s1", "name": "add", "arguments": {"a": 2, "b": 3}},        # 5
+    {"id": "s2", "name": "multiply", "arguments": {"a": 4, "b": 5}},   # 20
+    {"id": "s3", "name": "subtract", "arguments": {"a": "$s2", "b": "$s1"}},  # 15
+    {"id": "s4", "name": "divide", "arguments": {"a": "$s3", "b": 3}},  # 5
+]
+CHAIN_CALLS = {
+    "s1": call("add", {"a": 2, "b": 3}, 5), "s2": call("multiply", {"a": 4, "b": 5}, 20),
+    "s3": call("subtract", {"a": 20, "b": 5}, 15), "s4": call("divide", {"a": 15, "b": 3}, 5),
+}
+DEPENDS = {"s1": set(), "s2": set(), "s3": {"s1", "s2"}, "s4": {"s3"}}
+
+
+@given(st.permutations(["s1", "s2", "s3", "s4"]))
+def test_any_topological_order_matches_and_no_other(order):
+    r = plan(CHAIN, *[[CHAIN_CALLS[sid]] for sid in order])
+    topological = all(DEPENDS[sid] <= set(order[:i]) for i, sid in enumerate(order))
+    assert r.exact is topological
+    if not topological:
+        assert r.reason == "order_violation"
+        assert r.recall == 1.0
+
+
+@given(st.sampled_from(["s1", "s2", "s3", "s4"]), st.integers(min_value=1, max_value=50))
+def test_a_changed_argument_breaks_the_plan(sid, delta):
+    calls = dict(CHAIN_CALLS)
+    c = calls[sid]
+    key = "b" if sid != "s3" else "a"
+    calls[sid] = call(c["name"], {**c["arguments"], key: c["arguments"][key] + delta}, c["result"])
+    r = plan(CHAIN, *[[calls[s]] for s in ("s1", "s2", "s3", "s4")])
+    assert not r.exact
+    assert r.reason == "wrong_arguments"
