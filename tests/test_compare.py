@@ -220,3 +220,19 @@ def test_cli_compare_exit_codes_and_formats(gate_runs, run_a, tmp_path):
                   fingerprints={TOOLS: "changed"})
     res = runner.invoke(main, ["compare", str(run_a), str(b), "--strict"])
     assert res.exit_code == 2 and "--strict" in res.output
+
+
+def test_runs_without_fingerprints_pair_by_cell_id(run_a, tmp_path):
+    import json as _json
+
+    b = write_run(tmp_path / "b", samples_a("run-b"), run_id="run-b")
+    manifest = _json.loads((b / "manifest.json").read_text())
+    for info in manifest["cells"].values():
+        info.pop("fingerprint")
+    (b / "manifest.json").write_text(_json.dumps(manifest))
+    cmp = compare_runs(load_run(run_a), load_run(b))
+    assert {c.matched_by for c in cmp.cells} == {"cell_id"}
+    assert all("no fingerprint recorded in B" in w for w in cmp.warnings)
+    assert len(cmp.warnings) == 2
+    with pytest.raises(CompareRefused):
+        compare_runs(load_run(run_a), load_run(b), strict=True)

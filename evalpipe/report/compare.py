@@ -198,7 +198,14 @@ def match_cells(a: RunData, b: RunData, strict: bool = False
                     "settings are identical, so something else in the fingerprint changed: "
                     "model weights or config, tool schemas, corpus, chunking, system prompt "
                     "or the question set")
-            msg = f"cell {c!r}: fingerprints differ ({fp} vs {fp_b}); matched by cell id; {what}"
+            if fp is None or fp_b is None:
+                what = ("no fingerprint recorded in " + ("A and B" if fp is None and fp_b is None
+                                                         else "A" if fp is None else "B")
+                        + (f"; settings differ: {'; '.join(diff)}" if diff else ""))
+                msg = f"cell {c!r}: matched by cell id; {what}"
+            else:
+                msg = (f"cell {c!r}: fingerprints differ ({fp} vs {fp_b}); matched by cell id; "
+                       f"{what}")
             if strict:
                 refused.append(msg)
             else:
