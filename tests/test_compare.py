@@ -114,13 +114,18 @@ def test_pairs_flips_and_category_moves(run_a, run_b):
     assert exact.diff == pytest.approx(-1 / 6)
     assert exact.p_mcnemar == pytest.approx(1.0)
     assert not exact.regression  # 6 pairs: the interval reaches above 0
+    by_suite = {suite: m for suite, m in tools.by_suite}
+    assert by_suite["arithmetic"].diff == pytest.approx(-0.5)
+    assert by_suite["site_rag"].diff == pytest.approx(0.5)
+    assert not any(m.regression for m in by_suite.values())  # never gated
     recall = next(m for m in tools.metrics if m.metric == "recall@k")
     assert (recall.n, recall.diff) == (2, pytest.approx(0.5))
     assert cmp.pooled is not None and cmp.pooled.n_pairs == 12
     text = render_text(cmp)
     assert "right -> wrong (2): a1, a2" in text and "verdict: no significant regression" in text
     md = render_markdown(cmp)
-    assert "| exact | 6 | 66.7 | 50.0 | -16.7 |" in md and "| correct | no_tool_call | 1 |" in md
+    assert "| exact | 6 | 66.7 | 50.0 | -16.7 |" in md
+    assert "| exact [arithmetic] | 4 | 75.0 | 25.0 | -50.0 |" in md and "| correct | no_tool_call | 1 |" in md
 
 
 def test_fingerprint_mismatch_warns_or_refuses(run_a, tmp_path):

@@ -108,6 +108,8 @@ class CellComparison:
     wrong_to_right: list[str] = field(default_factory=list)
     category_moves: list[tuple[str, str, int]] = field(default_factory=list)
     unchanged_categories: int = 0
+    # exact match per suite (shown for reading; never gated: small n, many checks)
+    by_suite: list[tuple[str, MetricDiff]] = field(default_factory=list)
 
 
 @dataclass
@@ -245,9 +247,9 @@ def _value(s: dict[str, Any], metric: str) -> float | None:
 # -- the comparison ----------------------------------------------------------------------------
 
 def _metric_diffs(pairs: list[tuple[str, dict, dict]], threshold: float, resamples: int,
-                  seed: int) -> list[MetricDiff]:
+                  seed: int, metrics: tuple[str, ...] = METRICS) -> list[MetricDiff]:
     out = []
-    for metric in METRICS:
+    for metric in metrics:
         per_q: dict[str, list[float]] = {}
         va, vb = [], []
         for qid, sa, sb in pairs:
@@ -284,6 +286,13 @@ def _cell_comparison(a_cell: str, b_cell: str, how: str, pairs: list[tuple[str, 
                      ) -> CellComparison:
     cc = CellComparison(a_cell, b_cell, how, len(pairs), n_infra,
                         _metric_diffs(pairs, threshold, resamples, seed))
+    suites = sorted({sa.get("suite") or "" for _, sa, _ in pairs})
+    if len(suites) > 1:
+        for suite in suites:
+            sub = [p for p in pairs if (p[1].get("suite") or "") == suite]
+            md = _metric_diffs(sub, threshold, resamples, seed, metrics=("exact",))[0]
+            md.regression = md.improvement = False
+            cc.by_suite.append((suite, md))
     moves: Counter = Counter()
     for qid, sa, sb in pairs:
         label = qid if how != "pooled" else f"{sb['cell_id']}:{qid}"
@@ -364,13 +373,18 @@ def _p(m: MetricDiff) -> str:
 
 def _metric_rows(cc: CellComparison, k: int) -> list[list[str]]:
     rows = []
+    named = []
     for m in cc.metrics:
+        named.append((_metric_name(m.metric, k), m, _verdict(m)))
+        if m.metric == "exact":  # its per-suite split right below it
+            named += [(f"exact [{suite}]", sm, "not gated") for suite, sm in cc.by_suite]
+    for name, m, verdict in named:
         if not m.n:
             continue
         ci = f"[{_pct(m.lo, True)}, {_pct(m.hi, True)}]"
         flips = "-" if m.a_only is None else f"{m.a_only}/{m.b_only}"
-        rows.append([_metric_name(m.metric, k), str(m.n), _pct(m.a), _pct(m.b),
-                     _pct(m.diff, True), ci, flips, _p(m), _verdict(m)])
+        rows.append([name, str(m.n), _pct(m.a), _pct(m.b), _pct(m.diff, True), ci, flips,
+                     _p(m), verdict])
     return rows
 
 
