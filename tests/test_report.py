@@ -129,6 +129,7 @@ def test_json_round_trips(data):
 
 
 def _tabulars(tex):
+    pytest.importorskip("pylatexenc", reason="pylatexenc (test extra) parses the LaTeX")
     from pylatexenc.latexwalker import (
         LatexEnvironmentNode,
         LatexMacroNode,
