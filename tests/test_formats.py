@@ -140,7 +140,7 @@ def test_openai_round_trip_through_prepare():
     wire, tools = fmt.prepare(messages, SCHEMAS, False)
     assert tools == SCHEMAS
     assistant = wire[2]
-    assert assistant["content"] is None
+    assert assistant["content"] == ""
     back = [ToolCall(c["function"]["name"], json.loads(c["function"]["arguments"]))
             for c in assistant["tool_calls"]]
     assert same(back, GOLD)

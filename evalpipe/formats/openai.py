@@ -2,7 +2,8 @@
 
 Nothing is written into the prompt and nothing is parsed out of text: the
 messages stay in Chat Completions shape (assistant `tool_calls` with ids and
-JSON-string arguments, `tool` messages with `tool_call_id`), the tools list is
+JSON-string arguments, content "" rather than null, which some servers refuse;
+`tool` messages with `tool_call_id`), the tools list is
 passed through to the server, and calls come back structured in
 `Generation.tool_calls`, which the engine uses directly. `parse` only splits off
 `<think>` reasoning and never returns calls.
@@ -39,7 +40,6 @@ class OpenAIFormat(Format):
                          "function": {"name": c["function"]["name"],
                                       "arguments": _arguments_json(c["function"]["arguments"])}}
                         for c in calls]
-                    out["content"] = m.get("content") or None
                 wire.append(out)
             elif role == "tool":
                 wire.append({"role": "tool", "tool_call_id": m.get("tool_call_id", ""),
