@@ -1,4 +1,12 @@
-"""Local models through transformers: batched, left-padded, greedy by default."""
+"""Local models through transformers: continuous batching, greedy by default.
+
+Generation runs through `evalpipe.backends.batching.BatchGenerator` (a manual
+decode loop: rows leave the batch at their own end token and waiting prompts
+take their place; the prompts' shared prefix is prefilled once and reused).
+Models whose cache it does not handle (sliding-window or linear attention)
+use `model.generate` on length-sorted, left-padded batches instead; so does
+`generation="hf"`, kept as the reference the loop is tested against.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,7 @@ from typing import Any
 
 import torch
 
+from evalpipe.backends import batching
 from evalpipe.backends.base import Backend, GenerationSettings
 from evalpipe.backends.models import ALIASES, resolve_model
 from evalpipe.errors import InputError, ModelUnavailableError
@@ -42,7 +51,11 @@ class _FirstTokenClock:
 
 
 class TransformersBackend(Backend):
-    def __init__(self, model_id: str, dtype: str = "float32", device: str = "cpu"):
+    def __init__(self, model_id: str, dtype: str = "float32", device: str = "cpu", *,
+                 generation: str = "auto", prefix_reuse: bool = True):
+        """`generation`: "auto" (the batching loop where the model allows it, else
+        `model.generate`), "loop" or "hf". `prefix_reuse`: prefill the prompts'
+        shared prefix once and keep it for later calls."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if dtype not in DTYPES:
@@ -64,6 +77,20 @@ class TransformersBackend(Backend):
         if not self.tokenizer.chat_template:
             self.tokenizer.chat_template = FALLBACK_TEMPLATE
         self.eos_ids = self._eos_ids()
+        if generation not in ("auto", "loop", "hf"):
+            raise InputError(f"unknown generation mode {generation!r}", field="generation",
+                             expected="auto | loop | hf")
+        loop_ok = batching.supported(self.model)
+        if generation == "loop" and not loop_ok:
+            raise InputError(f"model '{model_id}' has a cache the batching loop does not handle",
+                             field="generation", expected="auto | hf")
+        self.generation = "loop" if generation == "auto" and loop_ok else generation
+        if self.generation == "auto":
+            self.generation = "hf"
+        self.prefix_reuse = prefix_reuse
+        self.prefix_store = batching.PrefixStore()
+        self.batcher = batching.BatchGenerator(self.model, self.eos_ids,
+                                               self.tokenizer.pad_token_id, self.prefix_store)
 
     def _eos_ids(self) -> list[int]:
         ids = self.model.generation_config.eos_token_id
@@ -96,8 +123,34 @@ class TransformersBackend(Backend):
         return self.tokenizer.apply_chat_template(
             messages, tools=tools, add_generation_prompt=True, tokenize=False)
 
-    @torch.inference_mode()
     def generate(self, prompts, settings: GenerationSettings, progress=None):
+        if not prompts:
+            return []
+        if self.generation == "hf":
+            return self._generate_hf(prompts, settings, progress)
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        rows = self.batcher.generate(
+            ids, max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+            temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed,
+            prefix_reuse=self.prefix_reuse, progress=progress)
+        out = []
+        for row in rows:
+            if row.error:
+                out.append(Generation("", prompt_tokens=row.prompt_tokens, finish_reason="error",
+                                      error=row.error))
+                continue
+            out.append(Generation(
+                text=self.tokenizer.decode(row.tokens, skip_special_tokens=True),
+                prompt_tokens=row.prompt_tokens,
+                completion_tokens=len(row.tokens) + row.stopped,
+                prefill_ms=row.prefill_ms, decode_ms=row.decode_ms,
+                finish_reason="stop" if row.stopped else "length"))
+        return out
+
+    @torch.inference_mode()
+    def _generate_hf(self, prompts, settings: GenerationSettings, progress=None):
+        """`model.generate` on length-sorted, left-padded batches: every row of a batch
+        gets the batch's prefill and decode time."""
         # Similar lengths batch together, so little compute goes to padding.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[Generation | None] = [None] * len(prompts)

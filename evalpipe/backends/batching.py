@@ -1,0 +1,508 @@
+"""Continuous batching for local decoder models, with shared-prefix reuse.
+
+`BatchGenerator.generate` takes token-id prompts and runs a manual decode
+loop instead of `model.generate`:
+
+- prompts are admitted shortest first, up to `batch_size` rows at a time;
+- each row stops at its own end-of-sequence token; finished rows leave the
+  batch (their key/value rows are dropped, so compute shrinks) and waiting
+  prompts are prefilled and merged in, so one long answer does not hold the
+  rest back;
+- the longest common token prefix of the prompts (system prompt + tool
+  definitions in an eval cell) is prefilled once, kept in a small LRU store,
+  and copied under every row, so only each row's suffix is prefilled.
+
+Layout of the key/value cache: one buffer per layer, [rows, kv_heads,
+capacity, head_dim], with spare columns so that a decode step writes in place
+instead of concatenating (`torch.cat` copies the whole cache every step).
+Rows are right-aligned: padding sits on the left of a row, or between the
+shared prefix and the row's suffix, and is masked out. Keys are cached after
+the rotary embedding, so moving columns does not change them; each row's
+positions come from its own count of real tokens, exactly as `generate`
+computes them from the attention mask.
+
+Only models whose cache layers are all plain full-attention layers take this
+path (`supported`); others (sliding-window, linear attention) fall back to
+`model.generate` in the backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+GROW = 64  # spare columns added whenever a layer buffer has to grow
+MIN_PREFIX = 16  # shorter common prefixes are not worth a stored cache
+
+
+@dataclass
+class RowResult:
+    """What one prompt produced: new token ids (end token excluded) and timings."""
+
+    tokens: list[int]
+    stopped: bool  # True: ended on an end-of-sequence token; False: hit max_new_tokens
+    prompt_tokens: int
+    prefill_ms: float  # from the row's admission to its first token
+    decode_ms: float  # from its first token to its last
+    error: str | None = None
+
+
+@dataclass
+class _Row:
+    index: int
+    prompt: list[int]
+    admitted: float = 0.0
+    first: float = 0.0
+    ended: float = 0.0
+    out: list[int] = field(default_factory=list)
+    stopped: bool = False
+    done: bool = False
+    rng: torch.Generator | None = None
+
+
+def _cache_classes():
+    from transformers.cache_utils import Cache, DynamicLayer
+
+    return Cache, DynamicLayer
+
+
+def supported(model) -> bool:
+    """True when every attention layer of the model keeps a plain, full cache."""
+    try:
+        from transformers.cache_utils import get_layer_types_and_kwargs
+
+        types, _ = get_layer_types_and_kwargs(model.config.get_text_config(decoder=True))
+    except Exception:  # noqa: BLE001 - an older or unusual config: take the safe path
+        return False
+    return bool(types) and all(t == "full_attention" for t in types)
+
+
+def _make_layer_class():
+    _, DynamicLayer = _cache_classes()
+
+    class BufferLayer(DynamicLayer):
+        """A DynamicLayer whose tensors are views into a buffer with spare columns."""
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
+            super().__init__()
+            self.buf_k, self.buf_v, self.length = keys, values, length
+            self.device = keys.device
+            self.is_initialized = True
+            self._view()
+
+        def _view(self) -> None:
+            self.keys = self.buf_k[:, :, : self.length]
+            self.values = self.buf_v[:, :, : self.length]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            n, m = self.length, key_states.shape[-2]
+            if n + m > self.buf_k.shape[-2]:
+                self.buf_k = _regrow(self.buf_k, n, n + m + GROW)
+                self.buf_v = _regrow(self.buf_v, n, n + m + GROW)
+            self.buf_k[:, :, n: n + m] = key_states
+            self.buf_v[:, :, n: n + m] = value_states
+            self.length = n + m
+            self._view()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+    return BufferLayer
+
+
+def _regrow(buf: torch.Tensor, used: int, capacity: int) -> torch.Tensor:
+    new = buf.new_zeros(buf.shape[0], buf.shape[1], capacity, buf.shape[3])
+    new[:, :, :used] = buf[:, :, :used]
+    return new
+
+
+class _State:
+    """The running batch: per-layer buffers, the attention mask, next positions."""
+
+    def __init__(self, layers, mask: torch.Tensor, pos: torch.Tensor, last: torch.Tensor,
+                 rows: list[_Row]):
+        self.layers, self.mask, self.pos, self.last, self.rows = layers, mask, pos, last, rows
+
+    @property
+    def length(self) -> int:
+        return self.mask.shape[1]
+
+    def kv(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        layer = self.layers[i]
+        return layer.buf_k[:, :, : layer.length], layer.buf_v[:, :, : layer.length]
+
+
+class PrefixStore:
+    """Key/value caches of shared prompt prefixes, keyed by their token ids (LRU)."""
+
+    def __init__(self, capacity: int = 8):
+        self.capacity = capacity
+        self.entries: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = \
+            OrderedDict()
+        self.hits = self.misses = 0
+
+    def longest(self, tokens: list[int]) -> tuple[tuple[int, ...], list] | None:
+        """The longest stored prefix of `tokens`."""
+        best = None
+        for key in self.entries:
+            if len(key) <= len(tokens) and (best is None or len(key) > len(best)) \
+                    and tuple(tokens[: len(key)]) == key:
+                best = key
+        if best is None:
+            return None
+        self.entries.move_to_end(best)
+        return best, self.entries[best]
+
+    def put(self, key: tuple[int, ...], kv) -> None:
+        self.entries[key] = kv
+        self.entries.move_to_end(key)
+        while len(self.entries) > self.capacity:
+            self.entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+def common_prefix(prompts: list[list[int]]) -> list[int]:
+    first = prompts[0]
+    n = min(len(p) for p in prompts)
+    for p in prompts[1:]:
+        j = 0
+        while j < n and p[j] == first[j]:
+            j += 1
+        n = j
+    return first[:n]
+
+
+def available_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:  # pragma: no cover
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+class BatchGenerator:
+    def __init__(self, model, eos_ids: list[int], pad_id: int, prefix_store: PrefixStore | None,
+                 memory_fraction: float = 0.5):
+        self.model = model
+        self.eos = torch.tensor(sorted(set(eos_ids)) or [-1], dtype=torch.long)
+        self.pad_id = pad_id
+        self.store = prefix_store
+        self.memory_fraction = memory_fraction
+        self.Layer = _make_layer_class()
+        self.Cache, _ = _cache_classes()
+        params = inspect.signature(model.forward).parameters
+        self.cache_kw = "cache" if "cache" in params else "past_key_values"
+        cfg = model.config.get_text_config(decoder=True)
+        self.n_layers = cfg.num_hidden_layers
+        self.kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.heads = cfg.num_attention_heads
+        self.hidden = cfg.hidden_size
+        self.intermediate = getattr(cfg, "intermediate_size", 4 * cfg.hidden_size)
+        self.vocab = cfg.vocab_size
+        self.last_batch_size = 0
+        self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_steps": 0}
+
+    # -- sizes -------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.n_layers * self.kv_heads * self.head_dim * self.dtype.itemsize
+
+    def pick_batch_size(self, cap: int, longest_prompt: int, max_new: int) -> int:
+        """Rows that fit in `memory_fraction` of the free memory, at most `cap`."""
+        item = self.dtype.itemsize
+        context = longest_prompt + max_new
+        per_row = self.kv_bytes_per_token() * (context + GROW) * 2  # x2: a merge copies the cache
+        # Prefill activations of one row: MLP, attention scores and the last logits.
+        per_row += item * longest_prompt * (3 * self.intermediate + 4 * self.hidden
+                                            + self.heads * context) + 4 * self.vocab
+        budget = available_memory(self.device) * self.memory_fraction
+        return int(max(1, min(cap, budget // max(per_row, 1))))
+
+    # -- model calls -------------------------------------------------------------------------
+    def _forward(self, layers, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor):
+        cache = self.Cache(layers=layers)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                         use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
+        return out.logits[:, -1, :].float()
+
+    def _empty_layers(self, rows: int, capacity: int):
+        shape = (rows, self.kv_heads, capacity, self.head_dim)
+        return [self.Layer(torch.zeros(shape, dtype=self.dtype, device=self.device),
+                           torch.zeros(shape, dtype=self.dtype, device=self.device), 0)
+                for _ in range(self.n_layers)]
+
+    def _prefix_kv(self, prefix: list[int]):
+        """The key/value cache of `prefix` (one row), from the store or computed."""
+        key = tuple(prefix)
+        found = self.store.longest(prefix) if self.store is not None else None
+        if found is not None and len(found[0]) == len(prefix):
+            self.store.hits += 1
+            self.stats["reused_tokens"] += len(prefix)
+            return found[1]
+        start = 0
+        layers = self._empty_layers(1, len(prefix))
+        if found is not None:  # extend a stored, shorter prefix
+            start = len(found[0])
+            for layer, (k, v) in zip(layers, found[1]):
+                layer.buf_k[:, :, :start] = k
+                layer.buf_v[:, :, :start] = v
+                layer.length = start
+                layer._view()
+            self.stats["reused_tokens"] += start
+        if self.store is not None:
+            self.store.misses += 1
+        ids = torch.tensor([prefix[start:]], device=self.device)
+        mask = torch.ones(1, len(prefix), dtype=torch.long, device=self.device)
+        pos = torch.arange(start, len(prefix), device=self.device)[None]
+        self._forward(layers, ids, mask, pos)
+        self.stats["prefilled_tokens"] += len(prefix) - start
+        kv = [(layer.buf_k[:, :, : layer.length].clone(), layer.buf_v[:, :, : layer.length].clone())
+              for layer in layers]
+        if self.store is not None:
+            self.store.put(key, kv)
+        return kv
+
+    def _prefill(self, rows: list[_Row], prefix_kv, prefix_len: int, max_new: int) -> _State:
+        """Prefill the suffixes of `rows` on top of the shared prefix: a new batch state."""
+        suffixes = [r.prompt[prefix_len:] for r in rows]
+        width = max(len(s) for s in suffixes)
+        n = len(rows)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        smask = torch.zeros((n, width), dtype=torch.long)
+        for i, s in enumerate(suffixes):
+            ids[i, width - len(s):] = torch.tensor(s)
+            smask[i, width - len(s):] = 1
+        ids, smask = ids.to(self.device), smask.to(self.device)
+        pmask = torch.ones((n, prefix_len), dtype=torch.long, device=self.device)
+        mask = torch.cat([pmask, smask], dim=1)
+        pos = prefix_len + smask.cumsum(-1) - 1
+        pos.masked_fill_(smask == 0, 1)
+        layers = self._empty_layers(n, prefix_len + width + min(max_new, GROW))
+        if prefix_len:
+            for layer, (k, v) in zip(layers, prefix_kv):
+                layer.buf_k[:, :, :prefix_len] = k
+                layer.buf_v[:, :, :prefix_len] = v
+                layer.length = prefix_len
+                layer._view()
+        logits = self._forward(layers, ids, mask, pos)
+        self.stats["prefilled_tokens"] += int(smask.sum())
+        self.stats["reused_tokens"] += prefix_len * n
+        last = self._choose(logits, rows)
+        now = time.perf_counter()
+        for r in rows:
+            r.first = now
+        next_pos = torch.tensor([len(r.prompt) for r in rows], dtype=torch.long,
+                                device=self.device)
+        return _State(layers, mask, next_pos, last, rows)
+
+    def _choose(self, logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
+        if self.temperature <= 0:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            sorted_p, order = probs.sort(dim=-1, descending=True)
+            cum = sorted_p.cumsum(-1)
+            drop = cum - sorted_p > self.top_p
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+        return torch.cat([torch.multinomial(probs[i], 1, generator=r.rng)
+                          for i, r in enumerate(rows)])
+
+    def _merge(self, old: _State | None, keep: list[int], new: _State | None, headroom: int
+               ) -> _State | None:
+        """One state holding rows `keep` of `old` and all rows of `new`; columns that are
+        padding in every row are cut off the left."""
+        parts = []
+        if old is not None and keep:
+            parts.append((old, torch.tensor(keep, device=self.device)))
+        if new is not None:
+            parts.append((new, None))
+        if not parts:
+            return None
+        spans = []
+        for state, idx in parts:
+            mask = state.mask if idx is None else state.mask.index_select(0, idx)
+            real = mask.any(dim=0).nonzero()
+            lo = int(real[0]) if len(real) else state.length
+            spans.append((lo, state.length, mask))
+        length = max(hi - lo for lo, hi, _ in spans)
+        rows_total = sum(m.shape[0] for _, _, m in spans)
+        layers = self._empty_layers(rows_total, length + headroom)
+        mask = torch.zeros((rows_total, length), dtype=torch.long, device=self.device)
+        r0 = 0
+        for (state, idx), (lo, hi, m) in zip(parts, spans):
+            n, w = m.shape[0], hi - lo
+            mask[r0: r0 + n, length - w:] = m[:, lo:hi]
+            for li, layer in enumerate(layers):
+                k, v = state.kv(li)
+                if idx is not None:
+                    k, v = k.index_select(0, idx), v.index_select(0, idx)
+                layer.buf_k[r0: r0 + n, :, length - w: length] = k[:, :, lo:hi]
+                layer.buf_v[r0: r0 + n, :, length - w: length] = v[:, :, lo:hi]
+            r0 += n
+        for layer in layers:
+            layer.length = length
+            layer._view()
+
+        def pick(t_old, t_new):
+            ts = []
+            if old is not None and keep:
+                ts.append(t_old.index_select(0, parts[0][1]))
+            if new is not None:
+                ts.append(t_new)
+            return torch.cat(ts)
+
+        rows = ([old.rows[i] for i in keep] if old is not None else []) + \
+            (new.rows if new is not None else [])
+        return _State(layers, mask,
+                      pick(old.pos if old else None, new.pos if new else None),
+                      pick(old.last if old else None, new.last if new else None), rows)
+
+    # -- the loop ----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, batch_size: int,
+                 temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
+                 prefix_reuse: bool = True, progress: Callable[[int], None] | None = None
+                 ) -> list[RowResult]:
+        self.temperature, self.top_p = temperature, top_p
+        call_start = time.perf_counter()
+        rows = [_Row(i, list(p)) for i, p in enumerate(prompts)]
+        if temperature > 0:
+            for r in rows:  # a row's samples depend on its prompt and the seed, not its batch
+                h = hashlib.sha256(f"{seed}:{r.prompt}".encode()).digest()
+                r.rng = torch.Generator(device=self.device)
+                r.rng.manual_seed(int.from_bytes(h[:8], "little") & ((1 << 63) - 1))
+        results: list[RowResult | None] = [None] * len(rows)
+        if not rows:
+            return []
+        if max_new_tokens <= 0:
+            return [RowResult([], False, len(r.prompt), 0.0, 0.0) for r in rows]
+        waiting = sorted(rows, key=lambda r: len(r.prompt))  # similar lengths batch together
+        prefix: list[int] = []
+        prefix_kv = None
+        if prefix_reuse and len(rows) >= 1:
+            prefix = common_prefix([r.prompt for r in rows])
+            prefix = prefix[: min(len(r.prompt) for r in rows) - 1]  # every row prefills >= 1 token
+            if len(prefix) >= MIN_PREFIX:
+                prefix_kv = self._prefix_kv(prefix)
+            else:
+                prefix = []
+        cap = self.pick_batch_size(batch_size, max(len(r.prompt) for r in rows), max_new_tokens)
+        self.last_batch_size = cap
+        refill_at = max(1, cap // 4)
+        state: _State | None = None
+        eos = self.eos.to(self.device)
+        first_wave = True
+
+        def finish(r: _Row) -> None:
+            r.done, r.ended = True, time.perf_counter()
+            results[r.index] = RowResult(r.out, r.stopped, len(r.prompt),
+                                         (r.first - r.admitted) * 1000, (r.ended - r.first) * 1000)
+            if progress is not None:
+                progress(1)
+
+        def take(state: _State, tokens: torch.Tensor) -> list[int]:
+            """Append chosen tokens; indices of rows still running."""
+            alive = []
+            is_eos = torch.isin(tokens, eos).tolist()
+            for i, (r, t, e) in enumerate(zip(state.rows, tokens.tolist(), is_eos)):
+                if e:
+                    r.stopped = True
+                    finish(r)
+                    continue
+                r.out.append(t)
+                if len(r.out) >= max_new_tokens:
+                    finish(r)
+                else:
+                    alive.append(i)
+            return alive
+
+        try:
+            alive: list[int] = []
+            while waiting or (state is not None and alive):
+                n_alive = len(alive) if state is not None else 0
+                free = cap - n_alive
+                new_state = None
+                if waiting and (free >= refill_at or n_alive == 0):
+                    batch, waiting = waiting[:free], waiting[free:]
+                    t0 = call_start if first_wave else time.perf_counter()
+                    first_wave = False
+                    for r in batch:
+                        r.admitted = t0
+                    new_state = self._prefill(batch, prefix_kv, len(prefix), max_new_tokens)
+                    new_alive = take(new_state, new_state.last)
+                    if len(new_alive) < len(batch):
+                        new_state = self._merge(None, [], _select(new_state, new_alive), GROW) \
+                            if new_alive else None
+                dead = (len(state.rows) - len(alive)) if state is not None else 0
+                if new_state is not None and (state is None or not alive):
+                    state, new_state = new_state, None  # nothing to merge with: no copy
+                    alive = list(range(len(state.rows)))
+                elif new_state is not None or (state is not None and dead and
+                                             (dead * 4 >= len(state.rows) or not waiting)):
+                    state = self._merge(state, alive, new_state, min(max_new_tokens, GROW))
+                    alive = list(range(len(state.rows))) if state is not None else []
+                if state is None or not alive:
+                    continue
+                # one decode step for every row in the batch (finished rows not yet dropped
+                # ride along and are ignored)
+                mask = torch.cat([state.mask, torch.ones((len(state.rows), 1), dtype=torch.long,
+                                                         device=self.device)], dim=1)
+                logits = self._forward(state.layers, state.last[:, None], mask, state.pos[:, None])
+                self.stats["decode_steps"] += 1
+                state.mask, state.pos = mask, state.pos + 1
+                chosen = self._choose(logits, state.rows)
+                state.last = chosen
+                still = take(_Subset(state, alive), chosen[alive])
+                alive = [alive[i] for i in still]
+        except (RuntimeError, ValueError) as exc:  # e.g. out of memory: unfinished rows fail
+            message = f"{type(exc).__name__}: {exc}"
+            for r in rows:
+                if results[r.index] is None:
+                    results[r.index] = RowResult([], False, len(r.prompt), 0.0, 0.0, message)
+        return results  # type: ignore[return-value]
+
+
+class _Subset:
+    """The rows of a state at some indices, for `take`."""
+
+    def __init__(self, state: _State, idx: list[int]):
+        self.rows = [state.rows[i] for i in idx]
+
+
+def _select(state: _State, keep: list[int]) -> _State:
+    """A state view with only rows `keep` (no copy of the cache yet; `_merge` copies)."""
+    return _Keep(state, keep)
+
+
+class _Keep(_State):
+    def __init__(self, state: _State, keep: list[int]):
+        idx = torch.tensor(keep, device=state.mask.device)
+        self._state, self._idx = state, idx
+        super().__init__(state.layers, state.mask.index_select(0, idx), state.pos.index_select(0, idx),
+                         state.last.index_select(0, idx), [state.rows[i] for i in keep])
+
+    def kv(self, i: int):
+        k, v = self._state.kv(i)
+        return k.index_select(0, self._idx), v.index_select(0, self._idx)

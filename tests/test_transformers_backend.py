@@ -1,0 +1,181 @@
+"""The transformers backend's batching loop: greedy outputs equal `model.generate`'s,
+with and without shared-prefix reuse, at any batch size; per-row timings."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+import torch
+
+from evalpipe.backends.base import GenerationSettings
+from evalpipe.backends.batching import BatchGenerator, PrefixStore, common_prefix, supported
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
+                         pad_token_id=0)
+    return LlamaForCausalLM(config).eval()
+
+
+def reference(model, prompt: list[int], n: int, eos: int) -> list[int]:
+    """Greedy `model.generate` on one unpadded prompt: the ground truth."""
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt),
+                             dtype=torch.long), max_new_tokens=n, do_sample=False,
+                             eos_token_id=[eos], pad_token_id=0)
+    tokens = out[0, len(prompt):].tolist()
+    return tokens[: tokens.index(eos)] if eos in tokens else tokens
+
+
+@pytest.fixture(scope="module")
+def prompts_and_eos(tiny_llama):
+    rng = random.Random(0)
+    shared = [rng.randrange(3, 96) for _ in range(40)]
+    prompts = [shared + [rng.randrange(3, 96) for _ in range(rng.randrange(1, 30))]
+               for _ in range(12)]
+    # An end token the model often produces, so rows stop at different steps.
+    counts = Counter(t for p in prompts for t in reference(tiny_llama, p, 20, eos=-1))
+    eos = counts.most_common(3)[2][0]
+    refs = [reference(tiny_llama, p, 20, eos) for p in prompts]
+    assert len({len(r) for r in refs}) > 3, "rows should end at different steps"
+    return prompts, eos, refs
+
+
+def test_tiny_model_is_supported(tiny_llama):
+    assert supported(tiny_llama)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 5, 16])
+@pytest.mark.parametrize("reuse", [False, True])
+def test_loop_equals_generate(tiny_llama, prompts_and_eos, batch_size, reuse):
+    prompts, eos, refs = prompts_and_eos
+    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    rows = gen.generate(prompts, max_new_tokens=20, batch_size=batch_size, prefix_reuse=reuse)
+    assert [r.tokens for r in rows] == refs
+    assert [r.stopped for r in rows] == [len(r) < 20 for r in refs]
+    assert all(r.prompt_tokens == len(p) for r, p in zip(rows, prompts))
+    if reuse:
+        assert gen.stats["reused_tokens"] > 0
+        assert gen.stats["prefilled_tokens"] < sum(len(p) for p in prompts)
+    else:
+        assert gen.stats["reused_tokens"] == 0
+
+
+def test_prefix_store_is_reused_and_extended(tiny_llama, prompts_and_eos):
+    prompts, eos, _refs = prompts_and_eos
+    store = PrefixStore()
+    gen = BatchGenerator(tiny_llama, [eos], 0, store)
+    gen.generate(prompts[:6], max_new_tokens=20, batch_size=4)
+    assert store.misses == 1 and store.hits == 0
+    gen.generate(prompts[:6], max_new_tokens=20, batch_size=4)
+    assert store.hits == 1
+    # A subset with a longer common prefix extends the stored one.
+    sub = [prompts[0] + [7, 8, 9] + p[-3:] for p in prompts[:3]]
+    rows = gen.generate(sub, max_new_tokens=20, batch_size=4)
+    assert [r.tokens for r in rows] == [reference(tiny_llama, p, 20, eos) for p in sub]
+    assert len(store.entries) == 2
+
+
+def test_mixed_prompts_without_common_prefix(tiny_llama):
+    rng = random.Random(1)
+    prompts = [[rng.randrange(3, 96) for _ in range(rng.randrange(2, 40))] for _ in range(7)]
+    assert len(common_prefix(prompts)) == 0
+    gen = BatchGenerator(tiny_llama, [5], 0, PrefixStore())
+    rows = gen.generate(prompts, max_new_tokens=12, batch_size=3)
+    assert [r.tokens for r in rows] == [reference(tiny_llama, p, 12, 5) for p in prompts]
+
+
+def test_sampling_depends_on_seed_not_batch(tiny_llama, prompts_and_eos):
+    prompts, eos, _ = prompts_and_eos
+    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    kw = {"max_new_tokens": 10, "temperature": 0.9, "top_p": 0.9}
+    a = gen.generate(prompts, batch_size=16, seed=3, **kw)
+    b = gen.generate(prompts, batch_size=2, seed=3, **kw)
+    c = gen.generate(prompts, batch_size=16, seed=4, **kw)
+    assert [r.tokens for r in a] == [r.tokens for r in b]
+    assert [r.tokens for r in a] != [r.tokens for r in c]
+
+
+def test_batch_size_is_capped(tiny_llama):
+    gen = BatchGenerator(tiny_llama, [2], 0, None)
+    assert gen.pick_batch_size(7, 100, 50) == 7
+    gen.memory_fraction = 1e-12  # no memory to spare: one row at a time
+    assert gen.pick_batch_size(7, 100, 50) == 1
+
+
+def test_per_row_timings(tiny_llama, prompts_and_eos):
+    prompts, eos, refs = prompts_and_eos
+    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    rows = gen.generate(prompts, max_new_tokens=20, batch_size=4)
+    assert all(r.prefill_ms > 0 for r in rows)
+    assert all(r.decode_ms >= 0 for r in rows)
+    # With refill, rows admitted later do not carry the first wave's decode time.
+    longest = max(range(len(rows)), key=lambda i: len(refs[i]))
+    assert rows[longest].decode_ms > min(r.decode_ms for r in rows)
+
+
+def test_backend_loop_equals_hf(tiny_model_dir):
+    from evalpipe.backends.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(str(tiny_model_dir))
+    assert backend.generation == "loop"
+    system = "You are a calculator. " * 4
+    prompts = [backend.render([{"role": "system", "content": system},
+                               {"role": "user", "content": q}], None)
+               for q in ["What is 12 times 7?", "Tính 3 cộng 4.", "What?", "Bao nhiêu?"]]
+    settings = GenerationSettings(max_new_tokens=12, batch_size=3)
+    loop = backend.generate(prompts, settings)
+    backend.generation = "hf"
+    single = [backend.generate([p], settings)[0] for p in prompts]
+    assert [g.text for g in loop] == [g.text for g in single]
+    assert [g.completion_tokens for g in loop] == [g.completion_tokens for g in single]
+    assert [g.prompt_tokens for g in loop] == [g.prompt_tokens for g in single]
+    assert all(g.finish_reason in ("stop", "length") for g in loop)
+    assert backend.prefix_store.misses == 1
+
+
+def test_backend_rejects_unknown_mode(tiny_model_dir):
+    from evalpipe.backends.transformers_backend import TransformersBackend
+    from evalpipe.errors import InputError
+
+    with pytest.raises(InputError):
+        TransformersBackend(str(tiny_model_dir), generation="fast")
+
+
+@pytest.mark.slow
+def test_default_model_loop_equals_generate(default_backend):
+    """The real default model on hermes prompts with the calculator tools: the batching
+    loop (with prefix reuse) gives the same greedy replies as `model.generate`, one prompt
+    at a time."""
+    from evalpipe.engine import DEFAULT_SYSTEM_PROMPT
+    from evalpipe.formats import get_format
+    from evalpipe.tools import build_toolset
+
+    fmt, tools = get_format("hermes"), build_toolset("calculator").schemas()
+    questions = ["What is 12 + 30?", "What is 7 times 8?", "Compute 144 divided by 12.",
+                 "What is the capital of France?"]
+    prompts = []
+    for q in questions:
+        wire, template_tools = fmt.prepare(
+            [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT}, {"role": "user", "content": q}],
+            tools, default_backend.template_supports_tools)
+        prompts.append(default_backend.render(wire, template_tools))
+    settings = GenerationSettings(max_new_tokens=48, batch_size=3)
+    before = (default_backend.generation, default_backend.prefix_reuse)
+    try:
+        default_backend.generation, default_backend.prefix_reuse = "loop", True
+        loop = default_backend.generate(prompts, settings)
+        default_backend.generation = "hf"
+        single = [default_backend.generate([p], settings)[0] for p in prompts]
+    finally:
+        default_backend.generation, default_backend.prefix_reuse = before
+    assert [g.text for g in loop] == [g.text for g in single]
+    assert [g.completion_tokens for g in loop] == [g.completion_tokens for g in single]
