@@ -31,8 +31,10 @@ def test_wilson_matches_scipy(k, n):
     assert wilson(k, n) == pytest.approx((ci.low, ci.high), abs=1e-12)
 
 
-def test_wilson_empty():
+def test_wilson_empty_and_exact_ends():
     assert wilson(0, 0) == (None, None)
+    assert wilson(0, 100)[0] == 0.0
+    assert wilson(100, 100)[1] == 1.0
 
 
 def test_t_interval_matches_scipy():
