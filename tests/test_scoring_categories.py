@@ -295,3 +295,9 @@ def test_a_call_to_a_tool_not_offered_that_never_ran_is_unknown():
 def test_toolless_question_answered_without_tools_has_an_exact_plan():
     out = score(make_sample(NO_TOOLS, "Hà Nội"), NO_TOOLS)
     assert (out["category"], out["plan_exact"], out["step_precision"]) == ("correct", True, None)
+
+
+def test_model_entry_from_the_config_is_reduced_to_its_id():
+    sample = make_sample(CALC, "294", steps=RIGHT_CALLS)
+    sample["settings"]["model"] = {"id": "HuggingFaceTB/SmolLM2-135M-Instruct", "dtype": "auto"}
+    assert score(sample, CALC)["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"

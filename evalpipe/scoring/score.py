@@ -184,7 +184,9 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3) -> dict
         flags.append("tool_error")
     flags.sort()
 
-    retrieval_mode = mode
+    model = settings.get("model")
+    if isinstance(model, dict):  # the config's model entry: {"id": ..., ...}
+        model = model.get("id")
     return {
         "run_id": sample.get("run_id"),
         "cell_id": sample.get("cell_id"),
@@ -192,10 +194,10 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3) -> dict
         "suite": sample.get("suite") or question.suite,
         "lang": gold.lang,
         "answer_type": gold.answer_type,
-        "model": settings.get("model"),
+        "model": model,
         "format": settings.get("format"),
         "toolset": settings.get("toolset"),
-        "retrieval_mode": retrieval_mode,
+        "retrieval_mode": mode,
         "scorer_version": SCORER_VERSION,
         "infra": infra,
         "exact": m.exact,
