@@ -301,3 +301,15 @@ def test_model_entry_from_the_config_is_reduced_to_its_id():
     sample = make_sample(CALC, "294", steps=RIGHT_CALLS)
     sample["settings"]["model"] = {"id": "HuggingFaceTB/SmolLM2-135M-Instruct", "dtype": "auto"}
     assert score(sample, CALC)["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_a_truncated_first_search_is_not_replaced_by_a_later_one():
+    later = [dict(c, source="tool", query_index=1) for c in SHOWN]
+    s = make_sample(RAG, "8 giờ", retrieval_mode="tool", toolset="search", retrieved=later,
+                    steps=[[call("search_site", {"query": "a"}, '[{"doc": "thu-vien.md", '
+                                 '"start": 90 [truncated]', truncated=True)],
+                           [call("search_site", {"query": "b"}, SHOWN)]])
+    out = score(s, RAG)
+    assert out["retrieval"]["hit"] == 0.0  # the first ranking was not recorded
+    assert out["category"] == "misread_context"  # but a gold passage was shown later
+    assert "truncated_tool_output" in out["flags"]

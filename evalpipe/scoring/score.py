@@ -36,18 +36,21 @@ def gold_for(question: Question) -> Gold:
 
 def first_retrieval_list(sample: dict[str, Any]) -> list[dict[str, Any]]:
     """The ranking retrieval metrics are computed on: the chunks prepended to the
-    prompt, else the hits of the first search_site call, else []."""
+    prompt, else the hits of the first search_site call that ran, else []."""
     retrieved = sample.get("retrieved") or []
     prepend = [c for c in retrieved if c.get("source", "prepend") == "prepend"]
     if prepend:
         return prepend
-    for turn in sample.get("turns") or ():
+    tool = [c for c in retrieved if c.get("source") == "tool"]
+    for position, turn in enumerate(sample.get("turns") or ()):
         for event in turn.get("tool_events") or ():
             if event.get("name") == "search_site" and not event.get("error"):
                 result = event.get("result")
                 if isinstance(result, list):
                     return [h for h in result if isinstance(h, dict)]
-    tool = [c for c in retrieved if c.get("source") == "tool"]
+                # a result cut to the size limit is text: use what the engine recorded
+                index = turn.get("index", position)
+                return [c for c in tool if c.get("query_index", 0) == index]
     if tool:
         first = min(c.get("query_index", 0) for c in tool)
         return [c for c in tool if c.get("query_index", 0) == first]
