@@ -239,3 +239,10 @@ def test_hybrid_on_a_small_corpus_uses_both_sides() -> None:
     assert hits[0].chunk.doc == "en/tea.md"  # on both lists
     w = HybridRetriever(sparse, Dense(), fusion="weighted", weight=1.0).search("green tea", 1)
     assert w[0].chunk.doc == "en/cats.md"
+
+
+def test_fold_accents_matches_unaccented_queries() -> None:
+    plain = build_retriever({}, CHUNKS).search("may chu hoa binh", 1)
+    folded = build_retriever({"fold_accents": True}, CHUNKS).search("may chu hoa binh", 1)
+    assert plain == []
+    assert folded[0].chunk.doc == "vi/may-chu.md"

@@ -9,6 +9,7 @@ config's whole retrieval section can be passed):
     bm25: {variant: lucene (default) | robertson, k1: 1.5, b: 0.75}
     bigrams: true        syllable bigrams in the sparse tokenizer
     tone_norm: true      "hòa" == "hoà" in the sparse tokenizer
+    fold_accents: false  drop every accent ("hoà" == "hoa") for queries typed without them
     rrf_k: 60            RRF constant for hybrid
     weight: 0.5          dense weight in hybrid_weighted (min-max normalised scores)
     model: minilm        dense model (only the offline all-MiniLM-L6-v2 for now)
@@ -89,6 +90,7 @@ def resolve_settings(settings: dict[str, Any] | None) -> dict[str, Any]:
                  "b": _number(bm25, "b", 0.75, "retrieval.bm25.b", hi=1.0)},
         "bigrams": _flag(settings, "bigrams", True),
         "tone_norm": _flag(settings, "tone_norm", True),
+        "fold_accents": _flag(settings, "fold_accents", False),
         "rrf_k": _number(settings, "rrf_k", 60, "retrieval.rrf_k"),
         "weight": _number(settings, "weight", 0.5, "retrieval.weight", hi=1.0),
         "model": settings.get("model", "minilm"),
@@ -103,7 +105,8 @@ def build_retriever(settings: dict[str, Any] | None, chunks: list[Chunk]) -> Ret
     if method == "bm25":
         from evalpipe.retrieval.bm25 import BM25Retriever
 
-        return BM25Retriever(chunks, **s["bm25"], bigrams=s["bigrams"], tone_norm=s["tone_norm"])
+        return BM25Retriever(chunks, **s["bm25"], bigrams=s["bigrams"], tone_norm=s["tone_norm"],
+                             fold_accents=s["fold_accents"])
     if method == "dense":
         from evalpipe.retrieval.dense import DenseRetriever
 

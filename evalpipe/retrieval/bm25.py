@@ -158,15 +158,18 @@ class BM25Retriever:
     """BM25 over chunk texts with the Vietnamese/English sparse tokenizer."""
 
     def __init__(self, chunks: Sequence, *, variant: str = "lucene", k1: float = 1.5,
-                 b: float = 0.75, bigrams: bool = True, tone_norm: bool = True):
+                 b: float = 0.75, bigrams: bool = True, tone_norm: bool = True,
+                 fold_accents: bool = False):
         from evalpipe.retrieval.tokenize import Tokenizer
 
         self.chunks = list(chunks)
-        self.tokenizer = Tokenizer(bigrams=bigrams, tone_norm=tone_norm)
+        self.tokenizer = Tokenizer(bigrams=bigrams, tone_norm=tone_norm,
+                                   fold_accents=fold_accents)
         self.index = BM25Index([self.tokenizer(c.text) for c in self.chunks],
                                variant=variant, k1=k1, b=b)
         self.order_key = id_order(self.chunks)
-        self.name = f"bm25-{variant}" + ("+bigrams" if bigrams else "")
+        self.name = (f"bm25-{variant}" + ("+bigrams" if bigrams else "")
+                     + ("+folded" if fold_accents else ""))
 
     def search(self, query: str, k: int) -> list:
         from evalpipe.retrieval import Hit

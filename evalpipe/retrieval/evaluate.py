@@ -30,9 +30,10 @@ def method_label(settings: dict[str, Any]) -> str:
         return str(settings["name"])
     s = resolve_settings(settings)
     parts = [s["method"]]
-    relevant = {"bm25": ("bm25", "bigrams", "tone_norm"), "dense": ("model",),
-                "hybrid": ("bm25", "bigrams", "tone_norm", "model", "rrf_k", "depth"),
-                "hybrid_weighted": ("bm25", "bigrams", "tone_norm", "model", "weight", "depth")}
+    sparse = ("bm25", "bigrams", "tone_norm", "fold_accents")
+    relevant = {"bm25": sparse, "dense": ("model",),
+                "hybrid": (*sparse, "model", "rrf_k", "depth"),
+                "hybrid_weighted": (*sparse, "model", "weight", "depth")}
     for key in relevant[s["method"]]:
         if key == "bm25":
             parts += [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
