@@ -28,6 +28,7 @@ abstain
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -42,6 +43,7 @@ from evalpipe.scoring.extract import (
 from evalpipe.scoring.normalize import contains_phrase, strip_diacritics, text_key
 
 REL_TOL = 1e-6
+_LETTER_OR_DIGIT = re.compile(r"[^\W_]")
 MIN_ROUNDED_DECIMALS = 2
 
 
@@ -57,7 +59,7 @@ class Gold:
     loose: tuple[str, ...]  # the same without diacritics
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AnswerMatch:
     exact: bool
     strict: bool
@@ -109,7 +111,9 @@ def _number_match(reply: str, reply_key: str, gold: Gold) -> AnswerMatch:
     last: Number | None = numbers[-1] if numbers else None
     words = has_number_words(reply, reply_key, last)
     exact = last is not None and numbers_match(last.value, last.decimals, gold)
-    strict = exact and len(numbers) == 1 and not text_key(reply[:last.start] + reply[last.end:])
+    strict = (exact and len(numbers) == 1
+              and not _LETTER_OR_DIGIT.search(reply, 0, last.start)
+              and not _LETTER_OR_DIGIT.search(reply, last.end))
     lenient = exact or any(
         numbers_match(n.value, n.decimals, gold)
         or (n.alt is not None and numbers_match(n.alt, 0 if isinstance(n.alt, int) else 3, gold))

@@ -150,7 +150,11 @@ def extract_numbers(text: str, lang: str = "en") -> list[Number]:
                                                       or text[start - 2] in _MINUS)):
                 sign = "-"
                 start -= 1
-        parsed = _parse_run(m.group(), sign, lang)
+        run = m.group()
+        if run.isdigit():  # the common case: no separator
+            parsed = [(-int(run) if sign else int(run), None, 0)]
+        else:
+            parsed = _parse_run(run, sign, lang)
         exponent = _EXPONENT.match(text, end) if end < len(text) else None
         if exponent is not None and len(parsed) == 1:
             value = float(parsed[0][0]) * 10.0 ** int(exponent.group(1))
