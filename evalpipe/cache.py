@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 from dataclasses import asdict
@@ -24,7 +25,8 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS generations (
 
 class GenerationCache:
     def __init__(self, path: str | Path | None = None):
-        self.path = Path(path) if path else cache_dir() / "generations.sqlite"
+        default = os.environ.get("EVALPIPE_GENERATION_CACHE") or cache_dir() / "generations.sqlite"
+        self.path = Path(path or default)
         self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)

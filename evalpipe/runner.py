@@ -176,6 +176,7 @@ def _now() -> str:
 
 def _point_latest(run_dir: Path) -> None:
     """outputs/latest -> the newest run (a relative symlink, replaced atomically)."""
+    run_dir = run_dir.resolve()  # resuming through the pointer itself must not loop it
     link = run_dir.parent / "latest"
     tmp = run_dir.parent / f".latest.{os.getpid()}"
     try:
@@ -192,8 +193,11 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
     retrieval = cell.retrieval
     search = corpus.searcher(retrieval) if corpus and retrieval["mode"] != "none" else None
     k = int(retrieval.get("k", config.k))
-    toolset = build_toolset(cell.toolset, custom=config.custom_tools,
-                            limits=ToolLimits(**config.tool_limits))
+    limits = ToolLimits(**config.tool_limits)
+    if retrieval["mode"] == "tool":  # k whole chunks must fit in one search result
+        limits.max_result_chars = max(limits.max_result_chars,
+                                      k * (config.chunking["size"] + 200))
+    toolset = build_toolset(cell.toolset, custom=config.custom_tools, limits=limits)
     if retrieval["mode"] == "tool":  # agentic RAG: retrieval is one more tool
         toolset = toolset.with_tools(search_site_tool(search, k))
     fmt = get_format(cell.format)
