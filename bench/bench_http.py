@@ -48,10 +48,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(gguf: Path, threads: int | None, log: Path) -> tuple[subprocess.Popen, str]:
+def start_server(gguf: Path, threads: int | None, n_batch: int, log: Path
+                 ) -> tuple[subprocess.Popen, str]:
     port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-           "--port", str(port), "--n_ctx", "4096", "--seed", "0", "--verbose", "False"]
+           "--port", str(port), "--n_ctx", "4096", "--seed", "0", "--verbose", "False",
+           "--interrupt_requests", "False", "--n_batch", str(n_batch), "--n_ubatch", str(n_batch)]
     if threads:
         cmd += ["--n_threads", str(threads)]
     with open(log, "wb") as out:  # the server keeps its own copy of the descriptor
@@ -147,7 +149,11 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m", help="an alias or a .gguf path")
     parser.add_argument("--limit", type=int, help="questions per suite")
     parser.add_argument("--concurrency", default="1,4,8")
-    parser.add_argument("--threads", type=int, help="llama.cpp threads (server and in-process)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="llama.cpp threads, server and in-process (default 1)")
+    parser.add_argument("--n-batch", type=int, default=1,
+                        help="llama.cpp prompt batch, server and in-process (default 1: greedy "
+                        "replies then do not depend on the server's prefix reuse)")
     parser.add_argument("--skip-inprocess", action="store_true")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
@@ -162,7 +168,7 @@ def main() -> None:
         raw = load_raw_config(Path(args.config), args.limit, tmp)
         results: dict[str, dict] = {}
         runs: dict[str, dict] = {}
-        proc, url = start_server(gguf, args.threads, tmp / "server.log")
+        proc, url = start_server(gguf, args.threads, args.n_batch, tmp / "server.log")
         try:
             for c in levels:
                 model = {"id": args.model, "backend": "openai", "base_url": url,
@@ -180,14 +186,16 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
         if not args.skip_inprocess:
-            model = {"id": args.model, "backend": "llamacpp", "n_threads": args.threads}
+            model = {"id": args.model, "backend": "llamacpp", "n_threads": args.threads,
+                     "n_batch": args.n_batch}
             run_dir, wall = run(raw, model, tmp / "inprocess")
             runs["in-process"] = outcome(run_dir)
             results["in-process"] = {"wall_s": round(wall, 2), **summary(runs["in-process"])}
             print(f"in-process: {results['in-process']}", flush=True)
 
     print()
-    print(f"model {args.model} ({gguf.name}), {os.cpu_count()} CPUs, cache off")
+    print(f"model {args.model} ({gguf.name}), {os.cpu_count()} CPUs, llama.cpp threads "
+          f"{args.threads}, n_batch {args.n_batch}, cache off")
     print("| backend | samples | wall s | questions/s | exact | infra_error |")
     print("|---|---|---|---|---|---|")
     for name, r in results.items():

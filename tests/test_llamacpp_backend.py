@@ -65,7 +65,7 @@ def llm():
                         "(run .ci/setup-llamacpp.sh)")
     from evalpipe.backends import load_backend
 
-    return load_backend({"id": "smollm2-135m", "backend": "llamacpp", "n_threads": 2})
+    return load_backend({"id": "smollm2-135m", "backend": "llamacpp", "n_threads": 1})
 
 
 def test_render_uses_the_models_chat_template(llm):

@@ -51,7 +51,14 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}/v1"
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path(MODEL)),
                "--model_alias", MODEL, "--host", "127.0.0.1", "--port", str(self.port),
-               "--n_ctx", "4096", "--seed", "0", "--n_threads", "2", "--verbose", "False"]
+               "--n_ctx", "4096", "--seed", "0", "--n_threads", "1", "--verbose", "False",
+               # prompts evaluated one token at a time: the server reuses the KV cache of
+               # the previous request's common prefix, and llama.cpp's numbers depend on
+               # how a prompt is split into batches, so only n_batch 1 makes a greedy
+               # reply independent of which request came before (and equal in process)
+               "--n_batch", "1", "--n_ubatch", "1",
+               # without this, a new request cuts the reply being streamed short
+               "--interrupt_requests", "False"]
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         self.log = log
@@ -201,7 +208,7 @@ def test_an_evalpipe_run_through_the_server_scores_like_the_in_process_backend(s
     for name, model in [
         ("http", {"id": MODEL, "backend": "openai", "base_url": server.url, "concurrency": 4,
                   "extra_body": GREEDY}),
-        ("inprocess", {"id": MODEL, "backend": "llamacpp", "n_threads": 2}),
+        ("inprocess", {"id": MODEL, "backend": "llamacpp", "n_threads": 1, "n_batch": 1}),
     ]:
         config = parse_config(dict(raw, models=[model]), source=str(tmp_path / f"{name}.yaml"))
         run_dir = execute_run(config, tmp_path / name, use_cache=False, echo=lambda s: None)

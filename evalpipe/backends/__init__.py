@@ -29,7 +29,8 @@ def load_backend(model: dict[str, Any]) -> Backend:
         from evalpipe.backends.llamacpp_backend import LlamaCppBackend
 
         return LlamaCppBackend(model["id"], n_ctx=model.get("n_ctx", 4096),
-                               n_threads=model.get("n_threads"), seed=model.get("seed", 0))
+                               n_threads=model.get("n_threads"), seed=model.get("seed", 0),
+                               n_batch=model.get("n_batch", 512))
     raise InputError(f"unknown backend {kind!r}", field="models.backend",
                      expected=" | ".join(BACKENDS))
 

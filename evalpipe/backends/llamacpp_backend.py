@@ -163,7 +163,7 @@ class LlamaCppBackend(Backend):
     """A GGUF model in process (llama-cpp-python); greedy, fixed seed, n_ctx 4096."""
 
     def __init__(self, model_id: str, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
-                 seed: int = 0):
+                 seed: int = 0, n_batch: int = 512):
         try:
             from llama_cpp import Llama
         except ImportError:
@@ -171,9 +171,11 @@ class LlamaCppBackend(Backend):
                 "the llamacpp backend needs llama-cpp-python: pip install llama-cpp-python "
                 "(or run .ci/setup-llamacpp.sh)") from None
         self.model_id, self.n_ctx, self.seed = model_id, int(n_ctx), int(seed)
+        self.n_batch = int(n_batch)
         self.path = gguf_path(model_id)
         self.llm = Llama(model_path=str(self.path), n_ctx=self.n_ctx, seed=self.seed,
-                         n_threads=n_threads, n_batch=512, logits_all=False, verbose=False)
+                         n_threads=n_threads, n_batch=self.n_batch, n_ubatch=self.n_batch,
+                         logits_all=False, verbose=False)
         self.template = ChatTemplate.from_gguf(self.path)
         # Use the runtime's own token texts (they decide what the prompt tokenises to).
         if self.template.name != "plain":
@@ -194,7 +196,8 @@ class LlamaCppBackend(Backend):
         import llama_cpp
 
         return {"model_id": self.model_id, "backend": "llamacpp", "gguf_sha256": self._file_hash,
-                "n_ctx": self.n_ctx, "seed": self.seed, "llama_cpp": llama_cpp.__version__,
+                "n_ctx": self.n_ctx, "n_batch": self.n_batch, "seed": self.seed,
+                "llama_cpp": llama_cpp.__version__,
                 "chat_template_hash": self.template.hash, "path": str(self.path)}
 
     def render(self, messages, tools):
