@@ -1,0 +1,173 @@
+"""evalpipe's batched engine vs a plain one-question-at-a-time agent loop.
+
+    python bench/bench_engine.py            # 64 questions
+    python bench/bench_engine.py --n 16     # quicker
+
+Both sides use the default model (smollm2-135m, float32), the hermes format, the
+calculator tools and the same questions (datasets/arithmetic.jsonl and
+datasets/plan.jsonl, interleaved; synthesised when absent). The plain loop is
+the tutorial way: for each question, apply_chat_template + model.generate per
+turn, parse the reply, run the tools, repeat. Prints questions/second of each,
+their ratio, and the share of questions with identical final answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+MAX_TURNS = 5
+LOAD_NOTE = ("figures taken on a shared 2-core machine while other work loaded it; "
+             "absolute times are noisy, the ratios come from one run")
+
+
+def bench_questions(n: int):
+    """n questions: arithmetic and plan interleaved (synthesised if the files are missing)."""
+    from evalpipe.questions import Question, load_questions
+
+    sets = [load_questions(p) for p in (REPO / "datasets/arithmetic.jsonl",
+                                        REPO / "datasets/plan.jsonl") if p.is_file()]
+    out = []
+    for group in zip(*sets) if sets else []:
+        out.extend(group)
+    if len(out) < n:
+        rng = random.Random(0)
+        for i in range(n - len(out)):
+            a, b = rng.randrange(10, 2000), rng.randrange(2, 500)
+            out.append(Question(id=f"synth-{i}", suite="arithmetic",
+                                question=f"What is {a} multiplied by {b}?", answer=a * b,
+                                answer_type="number"))
+    return out[:n]
+
+
+def make_runtime(backend, toolset_name: str = "calculator", max_new_tokens: int = 256,
+                 batch_size: int = 16):
+    from evalpipe.backends.base import GenerationSettings
+    from evalpipe.engine import CellRuntime
+    from evalpipe.formats import get_format
+    from evalpipe.tools import build_toolset
+
+    return CellRuntime(
+        cell_id="bench", fingerprint="bench", settings={}, backend=backend,
+        fmt=get_format("hermes"), toolset=build_toolset(toolset_name),
+        generation=GenerationSettings(max_new_tokens=max_new_tokens, batch_size=batch_size),
+        max_turns=MAX_TURNS)
+
+
+def run_engine(runtime, questions) -> tuple[float, dict[str, str], float]:
+    """Wall seconds, final answer per question id, and seconds inside backend.generate."""
+    from evalpipe.engine import Engine
+
+    inside = 0.0
+
+    def timed(backend, prompts, settings):
+        nonlocal inside
+        t = time.perf_counter()
+        try:
+            return backend.generate(prompts, settings)
+        finally:
+            inside += time.perf_counter() - t
+
+    answers = {}
+    t0 = time.perf_counter()
+    for samples in Engine(timed).run(runtime, questions, "bench"):
+        for s in samples:
+            answers[s.question_id] = s.final_answer
+    return time.perf_counter() - t0, answers, inside
+
+
+def run_plain(backend, runtime, questions) -> tuple[float, dict[str, str]]:
+    """The tutorial agent loop: one question at a time, model.generate per turn."""
+    import torch
+
+    from evalpipe.engine import DEFAULT_SYSTEM_PROMPT
+    from evalpipe.records import ToolCall
+    from evalpipe.tools.registry import result_text
+
+    tok, model, fmt, tools = backend.tokenizer, backend.model, runtime.fmt, runtime.toolset
+    answers = {}
+    t0 = time.perf_counter()
+    for q in questions:
+        messages = [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
+                    {"role": "user", "content": q.question}]
+        answer = ""
+        for turn in range(MAX_TURNS):
+            wire, _ = fmt.prepare(messages, tools.schemas(), False)
+            text = tok.apply_chat_template(wire, add_generation_prompt=True, tokenize=False)
+            ids = tok(text, return_tensors="pt", add_special_tokens=False)
+            with torch.inference_mode():
+                out = model.generate(**ids, max_new_tokens=runtime.generation.max_new_tokens,
+                                     do_sample=False, eos_token_id=backend.eos_ids,
+                                     pad_token_id=tok.pad_token_id)
+            reply = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+            parsed = fmt.parse(reply, lenient=True)
+            calls = [ToolCall(c.name, c.arguments, id=f"call_{turn}_{i}")
+                     for i, c in enumerate(parsed.calls)]
+            messages.append({"role": "assistant", "content": reply, **({"tool_calls": [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": c.arguments}} for c in calls]}
+                if calls else {})})
+            if calls:
+                for event in tools.execute(calls):
+                    messages.append({"role": "tool", "tool_call_id": event.call_id,
+                                     "name": event.name, "content": result_text(event)})
+            elif parsed.errors:
+                from evalpipe.engine import FORMAT_FEEDBACK
+
+                kinds = ", ".join(sorted({e.kind for e in parsed.errors}))
+                messages.append({"role": "user", "content": FORMAT_FEEDBACK.format(errors=kinds),
+                                 "format_feedback": True})
+            else:
+                answer = parsed.content
+                break
+        answers[q.id] = answer
+    return time.perf_counter() - t0, answers
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads for both sides (1: the machine is shared; see docs/speed.md)")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from evalpipe.backends import load_backend
+
+    torch.set_num_threads(args.threads)
+
+    backend = load_backend({"id": "smollm2-135m", "dtype": args.dtype})
+    questions = bench_questions(args.n)
+    runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens)
+    # Warm-up (both sides): one short generation each, so neither pays first-call costs.
+    run_engine(make_runtime(backend, max_new_tokens=4), questions[:2])
+    run_plain(backend, make_runtime(backend, max_new_tokens=4), questions[:1])
+    backend.prefix_store.clear()  # the engine starts cold, as a fresh run would
+
+    engine_s, engine_answers, inside = run_engine(runtime, questions)
+    plain_s, plain_answers = run_plain(backend, runtime, questions)
+    same = sum(engine_answers[q.id] == plain_answers[q.id] for q in questions)
+    n = len(questions)
+    print(f"questions: {n} (hermes, calculator, max_new_tokens={args.max_new_tokens}, "
+          f"dtype={args.dtype}, batch cap {runtime.generation.batch_size}, "
+          f"torch threads {args.threads})")
+    print(f"evalpipe engine : {engine_s:8.1f} s  {n / engine_s:6.3f} q/s")
+    print(f"plain loop      : {plain_s:8.1f} s  {n / plain_s:6.3f} q/s")
+    print(f"engine time outside backend.generate: {(engine_s - inside) / engine_s:.1%}")
+    print(f"throughput ratio: {plain_s / engine_s:.2f}x  (target >= 8x)")
+    print(f"identical final answers: {same}/{n} = {same / n:.0%}")
+    print(f"note: {LOAD_NOTE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,112 @@
+"""evalpipe's engine vs llama-cpp-python on the same GGUF file, one request at a time.
+
+    python bench/bench_llamacpp.py [--n 16] [--threads 1]
+
+Both sides run the embedded SmolLM2-135M-Instruct: evalpipe on the dequantised
+copy (float32, batched engine), llama.cpp on the Q4_1 GGUF it came from
+(create_chat_completion, greedy, one request at a time, the same hermes prompt
+and calculator tools, the same agent loop). Prints questions/second of each
+and the ratio. When llama-cpp-python is not installed, says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_engine import LOAD_NOTE, MAX_TURNS, bench_questions, make_runtime, run_engine
+
+
+def run_llamacpp(llm, runtime, questions, max_new_tokens: int) -> tuple[float, dict[str, str]]:
+    from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, FORMAT_FEEDBACK
+    from evalpipe.records import ToolCall
+    from evalpipe.tools.registry import result_text
+
+    fmt, tools = runtime.fmt, runtime.toolset
+    answers = {}
+    t0 = time.perf_counter()
+    for q in questions:
+        messages = [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
+                    {"role": "user", "content": q.question}]
+        answer = ""
+        for turn in range(MAX_TURNS):
+            wire, _ = fmt.prepare(messages, tools.schemas(), False)
+            wire = [{"role": m["role"], "content": m.get("content") or ""} for m in wire]
+            reply = llm.create_chat_completion(messages=wire, temperature=0.0, top_k=1,
+                                               max_tokens=max_new_tokens, seed=0)
+            text = reply["choices"][0]["message"].get("content") or ""
+            parsed = fmt.parse(text, lenient=True)
+            calls = [ToolCall(c.name, c.arguments, id=f"call_{turn}_{i}")
+                     for i, c in enumerate(parsed.calls)]
+            messages.append({"role": "assistant", "content": text, **({"tool_calls": [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": c.arguments}} for c in calls]}
+                if calls else {})})
+            if calls:
+                for event in tools.execute(calls):
+                    messages.append({"role": "tool", "tool_call_id": event.call_id,
+                                     "name": event.name, "content": result_text(event)})
+            elif parsed.errors:
+                kinds = ", ".join(sorted({e.kind for e in parsed.errors}))
+                messages.append({"role": "user", "content": FORMAT_FEEDBACK.format(errors=kinds)})
+            else:
+                answer = parsed.content
+                break
+        answers[q.id] = answer
+    return time.perf_counter() - t0, answers
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads for both torch and llama.cpp (1: the machine is shared)")
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    args = ap.parse_args(argv)
+    try:
+        from llama_cpp import Llama
+    except ImportError as exc:
+        print(f"llama-cpp-python is not installed ({exc}); `pip install llama-cpp-python` "
+              "builds it from source (~4+ minutes on 2 cores). Skipping this benchmark.")
+        return 0
+
+    import torch
+
+    from evalpipe.backends import load_backend
+    from evalpipe.backends.models import ALIASES, _fetch_gguf
+
+    torch.set_num_threads(args.threads)
+    gguf = _fetch_gguf(ALIASES["smollm2-135m"])
+    llm = Llama(model_path=str(gguf), n_ctx=4096, n_threads=args.threads,
+                n_threads_batch=args.threads, n_batch=512, verbose=False, seed=0)
+    backend = load_backend({"id": "smollm2-135m", "dtype": "float32"})
+    questions = bench_questions(args.n)
+    runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens)
+    # Warm-up on both sides.
+    run_engine(make_runtime(backend, max_new_tokens=4), questions[:2])
+    run_llamacpp(llm, runtime, questions[:1], 4)
+    backend.prefix_store.clear()
+
+    engine_s, engine_answers, _ = run_engine(runtime, questions)
+    cpp_s, cpp_answers = run_llamacpp(llm, runtime, questions, args.max_new_tokens)
+    n = len(questions)
+    same = sum(engine_answers[q.id] == cpp_answers[q.id] for q in questions)
+    print(f"questions: {n} (hermes, calculator, max_new_tokens={args.max_new_tokens}); "
+          f"threads {args.threads} on each side; GGUF {gguf.name}")
+    print(f"evalpipe engine (float32, batched): {engine_s:8.1f} s  {n / engine_s:6.3f} q/s")
+    print(f"llama.cpp (Q4_1, one at a time)   : {cpp_s:8.1f} s  {n / cpp_s:6.3f} q/s")
+    print(f"questions/second ratio: {cpp_s / engine_s:.2f}x  (target >= 2x)")
+    print(f"identical final answers: {same}/{n} (different weights: Q4_1 vs its dequantised "
+          "copy, so not expected to be equal)")
+    print(f"note: {LOAD_NOTE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

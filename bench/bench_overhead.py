@@ -1,0 +1,82 @@
+"""Share of the default job's wall time spent outside the model.
+
+    python bench/bench_overhead.py [--limit 2] [--threads 1]
+
+Runs configs/default.yaml (embedded model; none/calculator tools x none/BM25
+prepend; every sample suite) through `evalpipe.runner.execute_run` with the
+generation cache off, and times every `backend.generate` call. Everything else
+(prompt rendering, parsing, tools, retrieval index and search, scoring,
+writing samples.jsonl and reports) is overhead. Model loading is shown apart:
+it is a one-off cost of a model, not per-question work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_engine import LOAD_NOTE
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=str(REPO / "configs/default.yaml"))
+    ap.add_argument("--limit", type=int, default=None, help="questions per suite")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+
+    import os
+
+    import torch
+
+    from evalpipe.backends import transformers_backend as tb
+    from evalpipe.config import load_config
+    from evalpipe.runner import execute_run
+
+    torch.set_num_threads(args.threads)
+    timings = {"generate": 0.0, "load": 0.0, "calls": 0}
+    generate, init = tb.TransformersBackend.generate, tb.TransformersBackend.__init__
+
+    def timed_generate(self, prompts, settings, progress=None):
+        t = time.perf_counter()
+        try:
+            return generate(self, prompts, settings, progress)
+        finally:
+            timings["generate"] += time.perf_counter() - t
+            timings["calls"] += 1
+
+    def timed_init(self, *a, **kw):
+        t = time.perf_counter()
+        try:
+            init(self, *a, **kw)
+        finally:
+            timings["load"] += time.perf_counter() - t
+
+    tb.TransformersBackend.generate, tb.TransformersBackend.__init__ = timed_generate, timed_init
+    os.chdir(REPO)
+    config = load_config(args.config, limit=args.limit)
+    with tempfile.TemporaryDirectory() as out:
+        t0 = time.perf_counter()
+        execute_run(config, Path(out), use_cache=False, echo=lambda s: None)
+        wall = time.perf_counter() - t0
+    job = wall - timings["load"]
+    outside = job - timings["generate"]
+    print(f"default job ({Path(args.config).name}, limit={args.limit}): {len(config.cells())} "
+          f"cells; torch threads {args.threads}")
+    print(f"wall {wall:.1f} s = model load {timings['load']:.1f} s + job {job:.1f} s")
+    print(f"inside backend.generate ({timings['calls']} calls): {timings['generate']:.1f} s")
+    print(f"outside the model: {outside:.2f} s = {outside / job:.1%} of the job (target < 3%); "
+          f"{(outside + timings['load']) / wall:.1%} counting the model load")
+    print(f"note: {LOAD_NOTE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
