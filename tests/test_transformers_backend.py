@@ -13,6 +13,15 @@ from evalpipe.backends.base import GenerationSettings
 from evalpipe.backends.batching import BatchGenerator, PrefixStore, common_prefix, supported
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and on a shared machine they cost a lot."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,9 @@ class TransformersBackend(Backend):
         shared prefix once and keep it for later calls."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        threads = os.environ.get("EVALPIPE_TORCH_THREADS")
+        if threads:  # on a shared or oversubscribed machine, 1 thread can be several times faster
+            torch.set_num_threads(max(1, int(threads)))
         if dtype not in DTYPES:
             raise InputError(f"unknown dtype {dtype!r}", field="dtype", expected=" | ".join(DTYPES))
         self.model_id, self.dtype, self.device = model_id, dtype, device
