@@ -44,6 +44,15 @@ def test_words_single_chars_and_bigrams() -> None:
     assert toks == ["máy", "chủ", "mạng", "máy_chủ"]  # no bigram across the comma
 
 
+def test_bigrams_only_for_pairs_with_a_vietnamese_syllable() -> None:
+    toks = tokenize("how much máy chủ cost")
+    bigrams = [t for t in toks if "_" in t]
+    assert bigrams == ["much_máy", "máy_chủ", "chủ_cost"]  # no "how_much"
+    # With accents folded away the decision still follows the original letters.
+    folded = Tokenizer(fold_accents=True)("máy chủ and more")
+    assert [t for t in folded if "_" in t] == ["may_chu", "chu_and"]
+
+
 def test_underscore_never_collides_with_a_bigram() -> None:
     assert "máy_chủ" not in tokenize("máy_chủ")
     assert tokenize("snake_case")[:2] == ["snake", "case"]

@@ -2,7 +2,8 @@
 
 Steps: NFC, casefold, words as runs of letters/digits (combining marks kept
 inside words), Vietnamese tone placement made canonical ("hòa" and "hoà" give
-the same token), optional syllable bigrams ("máy chủ" -> "máy_chủ").
+the same token), optional syllable bigrams ("máy chủ" -> "máy_chủ") for pairs
+where at least one syllable carries a Vietnamese (non-ASCII) letter.
 
 Vietnamese writes one syllable per space-separated word, so a compound such as
 "máy chủ" (server) is two tokens; bigrams let BM25 reward the phrase without
@@ -140,8 +141,15 @@ class Tokenizer:
         if not self.bigrams or len(toks) < 2:
             return toks
         out = list(toks)
-        # Pair neighbours separated only by spaces: a comma or full stop ends a phrase.
+        # Pair neighbours separated only by spaces (a comma or full stop ends a phrase),
+        # and only where one of the two has a non-ASCII letter: Vietnamese compounds
+        # ("máy chủ") gain, English word pairs ("how much") only dilute the query.
+        # On the site_rag set this rule beat both "every pair" and "no pairs" for each
+        # language (docs/retrieval.md).
+        viet = [not m.group().isascii() for m in spans]
         for i in range(len(toks) - 1):
+            if not (viet[i] or viet[i + 1]):
+                continue
             gap = norm[spans[i].end():spans[i + 1].start()]
             if gap.isspace() and "\n\n" not in gap:
                 out.append(toks[i] + "_" + toks[i + 1])
