@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -315,7 +316,7 @@ class OpenAIBackend(Backend):
                                             timeout=(min(10.0, self.timeout_s), self.timeout_s),
                                             stream=stream)
         except requests.exceptions.ConnectionError as exc:
-            raise RequestFailed(f"cannot connect to the server ({_short(exc)})", True) from None
+            raise RequestFailed(f"cannot connect to the server ({_reason(exc)})", True) from None
         except requests.exceptions.Timeout:
             raise RequestFailed(f"no answer within timeout_s={self.timeout_s:g}", True) from None
         except requests.exceptions.RequestException as exc:
@@ -476,6 +477,20 @@ def _snippet(response) -> str:
         pass
     text = " ".join(text.split())
     return text[:300] or response.reason or ""
+
+
+def _reason(exc: BaseException) -> str:
+    """The useful part of a connection error: '[Errno 111] Connection refused',
+    not urllib3's nested reprs."""
+    text = str(exc)
+    match = re.search(r"\[Errno -?\d+\] [^'\")\]]+", text)
+    if match:
+        return match.group(0).strip()
+    for marker in ("Connection aborted", "Connection reset", "Read timed out",
+                   "Remote end closed connection"):
+        if marker in text:
+            return marker.lower()
+    return _short(exc)
 
 
 def _short(exc: BaseException) -> str:
