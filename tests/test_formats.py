@@ -399,6 +399,13 @@ def test_xml_unknown_schema_type():
     assert lenient.calls[0].arguments == {"x": 1.5} and lenient.repaired
 
 
+def test_get_format_hands_schemas_to_xml():
+    fmt = get_format("xml", tools=SCHEMAS)
+    reply = "<tool_call><function=fib><parameter=n>5</parameter></function></tool_call>"
+    assert fmt.parse(reply).calls[0].arguments == {"n": 5}
+    assert get_format("hermes", tools=SCHEMAS).name == "hermes"
+
+
 def test_xml_learns_schemas_from_prepare():
     fmt = get_format("xml")
     reply = "<tool_call><function=fib><parameter=n>5</parameter></function></tool_call>"

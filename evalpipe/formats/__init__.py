@@ -20,12 +20,15 @@ FORMATS: dict[str, type[Format]] = {
 }
 
 
-def get_format(name: str) -> Format:
+def get_format(name: str, tools: list[dict] | None = None) -> Format:
+    """A fresh format instance. `tools` (the cell's schemas) reach formats that
+    read argument types from them (xml) before any prepare() call."""
     try:
-        return FORMATS[name]()
+        cls = FORMATS[name]
     except KeyError:
         raise InputError(f"unknown format {name!r}", field="formats",
                          expected=" | ".join(FORMATS)) from None
+    return cls(tools=tools) if cls is XmlFormat else cls()
 
 
 __all__ = ["ERROR_KINDS", "FORMATS", "Format", "HermesFormat", "JsonFormat", "NativeFormat",
