@@ -10,11 +10,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Measured with this test's setup (see docs/speed.md): final answers of bfloat16 that
-# equal float32's, on the arithmetic sample. The assertion allows one question less
-# than measured on the sample size used.
-MEASURED_AGREEMENT = 1.0
-MARGIN = 0.2
+# Measured with this test's setup (docs/speed.md): on the 6-question arithmetic sample,
+# 3 of 6 bfloat16 final answers were identical to float32's (50%); the other three
+# differ in digits or wording (and all six are wrong under both dtypes: the 135M model
+# rarely calls the calculator). The assertion allows one question fewer than measured.
+MEASURED_AGREEMENT = 0.5
+MARGIN = 0.17
 
 
 def arithmetic_sample():
