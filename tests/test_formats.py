@@ -316,6 +316,15 @@ def test_broken_calls_give_typed_errors_in_both_modes(name, reply, kind):
         assert all(len(e.snippet) <= 200 for e in result.errors)
 
 
+@pytest.mark.parametrize("name", TEXT_FORMATS)
+def test_too_many_calls_in_one_reply(name):
+    fmt = fmt_for(name)
+    reply = fmt.render_calls([ToolCall("add", {"a": i, "b": 1}) for i in range(500)])
+    result = fmt.parse(reply)
+    assert len(result.calls) == 64 and [e.kind for e in result.errors] == ["too_long"]
+    assert len(fmt.parse("<tool_call></tool_call>" * 500).errors) <= 64
+
+
 def test_valid_calls_survive_next_to_broken_ones():
     fmt = fmt_for("hermes")
     reply = ('<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>\n'

@@ -17,6 +17,7 @@ from typing import Any
 from evalpipe.records import ParseError, ParseResult, ToolCall
 
 MAX_REPLY = 1_000_000  # longer replies are not parsed at all (too_long)
+MAX_ATTEMPTS = 64  # calls (and errors) kept per reply; more is one too_long error
 SNIPPET = 200
 
 # Every kind of ParseError a format may return (docs/formats.md explains each).
@@ -24,7 +25,7 @@ ERROR_KINDS = frozenset({
     "empty",  # a call block with nothing in it
     "not_json",  # the call body is not JSON (after repairs, in lenient mode)
     "bad_number",  # a number that is not finite or has thousands of digits
-    "too_long",  # the reply or a call body is over the size limit; not parsed
+    "too_long",  # the reply or a call body is over the size limit (not parsed), or too many calls
     "too_deep",  # brackets nested deeper than the limit; not parsed
     "unclosed_tag",  # <tool_call>, <function=...> or <parameter=...> never closed (strict)
     "untagged_call",  # a call written without its <tool_call> wrapper (strict)
@@ -126,12 +127,19 @@ def _guarded(parse):
     @functools.wraps(parse)
     def guarded(self, text, *, lenient: bool = True):
         try:
-            return parse(self, text, lenient=lenient)
+            result = parse(self, text, lenient=lenient)
         except Exception as exc:  # noqa: BLE001 - reported, never raised
             result = ParseResult(content="")
             result.errors.append(error("parser_bug", f"{type(exc).__name__}: {exc}",
                                        text if isinstance(text, str) else ""))
             return result
+        if len(result.calls) > MAX_ATTEMPTS or len(result.errors) > MAX_ATTEMPTS:
+            extra = len(result.calls) + len(result.errors)
+            result.calls = result.calls[:MAX_ATTEMPTS]
+            result.errors = result.errors[:MAX_ATTEMPTS - 1] + [error(
+                "too_long", f"{extra} call attempts in one reply; the first {MAX_ATTEMPTS} "
+                "calls are kept")]
+        return result
 
     guarded._guarded = True
     return guarded
