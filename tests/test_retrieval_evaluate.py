@@ -74,3 +74,10 @@ def test_method_labels() -> None:
     assert method_label({}) == "bm25"
     assert method_label({"method": "hybrid_weighted", "weight": 0.3}) == "hybrid_weighted weight=0.3"
     assert method_label({"method": "dense", "bigrams": False}) == "dense"
+
+
+def test_custom_grouping() -> None:
+    rows = evaluate_retrievers(QUESTIONS, CHUNKS, [{"method": "bm25"}], k=1,
+                               group=lambda q: "vi-or-e1" if q.id in ("v1", "e1") else "rest")
+    assert [(r["lang"], r["count"], r["recall"]) for r in rows] == [
+        ("all", 4, 0.75), ("rest", 2, 0.5), ("vi-or-e1", 2, 1.0)]

@@ -75,22 +75,27 @@ class BM25Index:
         self.weights = sp.csr_matrix((data, doc, indptr), shape=(n_terms, self.n_docs))
         self._data, self._indices, self._indptr = data, doc, indptr
 
-    def term_ids(self, query_tokens: Iterable[str]) -> np.ndarray:
+    def term_ids(self, query_tokens: Iterable[str]) -> list[int]:
         """Ids of the query tokens found in the vocabulary, repeats kept."""
         get = self.vocab.get
-        return np.array([i for i in map(get, query_tokens) if i is not None], dtype=np.int64)
+        return [i for i in map(get, query_tokens) if i is not None]
 
-    def scores_ids(self, ids: np.ndarray) -> tuple[np.ndarray, bool]:
+    def _postings(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(document, weight) of every posting of the query terms."""
+        ip, ind, dat = self._indptr, self._indices, self._data
+        if len(ids) == 1:
+            a, e = ip[ids[0]], ip[ids[0] + 1]
+            return ind[a:e], dat[a:e]
+        # Slices + concatenate are memcpy; a loop over query terms, never over documents.
+        seg = [(ip[i], ip[i + 1]) for i in ids]
+        return (np.concatenate([ind[a:e] for a, e in seg]),
+                np.concatenate([dat[a:e] for a, e in seg]))
+
+    def scores_ids(self, ids: list[int]) -> tuple[np.ndarray, bool]:
         """Dense scores for every document, and whether any document matched."""
-        if not len(ids):
+        if not ids:
             return np.zeros(self.n_docs), False
-        starts, ends = self._indptr[ids].tolist(), self._indptr[ids + 1].tolist()
-        if len(starts) == 1:
-            docs, weights = self._indices[starts[0]:ends[0]], self._data[starts[0]:ends[0]]
-        else:
-            # Slices + concatenate are memcpy; a loop over query terms, never over documents.
-            docs = np.concatenate([self._indices[a:b] for a, b in zip(starts, ends, strict=True)])
-            weights = np.concatenate([self._data[a:b] for a, b in zip(starts, ends, strict=True)])
+        docs, weights = self._postings(ids)
         if not len(docs):
             return np.zeros(self.n_docs), False
         return np.bincount(docs, weights=weights, minlength=self.n_docs), True
@@ -99,7 +104,7 @@ class BM25Index:
         """Score of every document for a tokenised query (reference-compatible)."""
         return self.scores_ids(self.term_ids(query_tokens))[0]
 
-    def matching(self, ids: np.ndarray) -> np.ndarray:
+    def matching(self, ids: list[int]) -> np.ndarray:
         """Boolean mask of the documents holding at least one of the term ids."""
         mask = np.zeros(self.n_docs, dtype=bool)
         for i in np.unique(ids):
@@ -124,8 +129,12 @@ class BM25Index:
         # O(n) pass), then only the few documents at or above it need sorting.
         n = self.n_docs
         kth = np.partition(scores, n - k)[n - k] if n > k else 0.0
-        matched = np.flatnonzero(scores >= kth) if kth > 0 else np.flatnonzero(scores > 0)
-        return select_top(scores, matched, k, order_key)
+        cand = np.flatnonzero(scores >= kth) if kth > 0 else np.flatnonzero(scores)
+        cs = scores[cand]
+        if len(cand) > 1:
+            order = np.lexsort((cand if order_key is None else order_key[cand], -cs))[:k]
+            cand, cs = cand[order], cs[order]
+        return list(zip(cand.tolist(), cs.tolist(), strict=True))
 
 
 def select_top(scores: np.ndarray, candidates: np.ndarray, k: int,

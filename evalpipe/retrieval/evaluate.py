@@ -11,7 +11,7 @@ and hit (Wilson).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from evalpipe.corpus import Chunk
@@ -65,13 +65,17 @@ def _row(label: str, lang: str, k: int, scores: list[dict[str, float]]) -> dict[
 
 def evaluate_retrievers(questions: Sequence[Question], chunks: list[Chunk],
                         methods: Sequence[dict[str, Any]], k: int = 3,
-                        mrr_depth: int = 100) -> list[dict[str, Any]]:
+                        mrr_depth: int = 100,
+                        group: Callable[[Question], str] | None = None) -> list[dict[str, Any]]:
     """Rows of retrieval scores per method x language ("all" first, then by language).
 
-    MRR looks at the best mrr_depth chunks (a gold passage ranked lower counts 0).
+    group replaces the language as the row key (e.g. by a tag); the column is
+    still called "lang". MRR looks at the best mrr_depth chunks (a gold passage
+    ranked lower counts 0).
     """
+    key = group or (lambda q: q.lang)
     gold_qs = [q for q in questions if q.gold_passages]
-    langs = sorted({q.lang for q in gold_qs})
+    langs = sorted({key(q) for q in gold_qs})
     rows: list[dict[str, Any]] = []
     for settings in methods:
         label = method_label(settings)
@@ -81,7 +85,7 @@ def evaluate_retrievers(questions: Sequence[Question], chunks: list[Chunk],
         for q, hits in zip(gold_qs, ranked, strict=True):
             spans = [{"doc": h.chunk.doc, "start": h.chunk.start, "end": h.chunk.end,
                       "rank": h.rank} for h in hits]
-            per_q.append((q.lang, retrieval_scores(spans, q.gold_passages, k)))
+            per_q.append((key(q), retrieval_scores(spans, q.gold_passages, k)))
         rows.append(_row(label, "all", k, [s for _, s in per_q]))
         for lang in langs:
             rows.append(_row(label, lang, k, [s for ql, s in per_q if ql == lang]))
