@@ -30,6 +30,15 @@ RAG_INSTRUCTION = (
     "don't know.\n\n{passages}"
 )
 FORMAT_FEEDBACK = "Your tool call could not be read ({errors}). Fix the call or answer directly."
+IMITATION_FEEDBACK = ("Do not write tool responses yourself: call a tool and wait for its result, "
+                      "or answer directly.")
+MAX_RECORDED_CHARS = 100_000  # a runaway reply is recorded cut, with its full length
+
+
+def recorded(text: str) -> str:
+    if len(text) <= MAX_RECORDED_CHARS:
+        return text
+    return text[:MAX_RECORDED_CHARS] + f"\n[... cut: {len(text)} characters in all]"
 
 
 @dataclass
@@ -129,7 +138,7 @@ class Engine:
                  request: str, gen: Generation) -> None:
         record = Turn(
             index=turn, prompt_hash=request_hash(prompt), request_hash=request_hash(request),
-            prompt_chars=len(prompt), raw=gen.text, calls=[], parse_errors=[], repaired=False,
+            prompt_chars=len(prompt), raw=recorded(gen.text), calls=[], parse_errors=[], repaired=False,
             prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
             prefill_ms=gen.prefill_ms, decode_ms=gen.decode_ms, finish_reason=gen.finish_reason,
             cached=gen.cached)
@@ -137,8 +146,10 @@ class Engine:
             c.turns.append(record.to_dict())
             c.stop("infra_error", gen.error)
             return
-        if gen.tool_calls is not None:  # structured calls from an API: nothing to parse
-            parsed = strict = ParseResult(calls=gen.tool_calls, content=gen.text)
+        if gen.tool_calls is not None:  # structured calls from an API; the text still holds
+            text = cell.fmt.parse(gen.text, lenient=True)  # the answer and any <think> block
+            parsed = strict = ParseResult(calls=gen.tool_calls, content=text.content,
+                                          reasoning=text.reasoning)
         else:
             strict = cell.fmt.parse(gen.text, lenient=False)
             parsed = cell.fmt.parse(gen.text, lenient=True)
@@ -149,7 +160,7 @@ class Engine:
         record.strict_errors = [e.to_dict() for e in strict.errors]
         record.repaired = parsed.repaired or (bool(strict.errors) and not parsed.errors)
         c.messages.append({
-            "role": "assistant", "content": gen.text,
+            "role": "assistant", "content": recorded(gen.text),
             **({"tool_calls": [{"id": call.id, "type": "function",
                                 "function": {"name": call.name, "arguments": call.arguments}}
                                for call in calls]} if calls else {}),
@@ -164,9 +175,10 @@ class Engine:
                     c.retrieved += [dict(hit, source="tool", query_index=turn)
                                     for hit in event.result if isinstance(hit, dict)]
         elif parsed.errors:
-            kinds = ", ".join(sorted({e.kind for e in parsed.errors}))
-            c.messages.append({"role": "user", "content": FORMAT_FEEDBACK.format(errors=kinds),
-                               "format_feedback": True})
+            kinds = sorted({e.kind for e in parsed.errors})
+            feedback = IMITATION_FEEDBACK if kinds == ["imitated_turn"] else \
+                FORMAT_FEEDBACK.format(errors=", ".join(kinds))
+            c.messages.append({"role": "user", "content": feedback, "format_feedback": True})
         else:
             c.final_answer, c.reasoning = parsed.content, parsed.reasoning
             c.stop("length" if gen.finish_reason == "length" else "answered")

@@ -200,7 +200,7 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
     toolset = build_toolset(cell.toolset, custom=config.custom_tools, limits=limits)
     if retrieval["mode"] == "tool":  # agentic RAG: retrieval is one more tool
         toolset = toolset.with_tools(search_site_tool(search, k))
-    fmt = get_format(cell.format)
+    fmt = get_format(cell.format, tools=toolset.schemas())
     settings = {
         **cell.settings(), "tools_offered": toolset.names, "max_turns": config.max_turns,
         "generation": config.generation.to_dict(), "k": k,
