@@ -196,7 +196,7 @@ def main() -> None:
     print()
     print(f"model {args.model} ({gguf.name}), {os.cpu_count()} CPUs, llama.cpp threads "
           f"{args.threads}, n_batch {args.n_batch}, cache off")
-    print("| backend | samples | wall s | questions/s | exact | infra_error |")
+    print("| backend | samples | wall s | samples/s | exact | infra_error |")
     print("|---|---|---|---|---|---|")
     for name, r in results.items():
         print(f"| {name} | {r['samples']} | {r['wall_s']} | "
