@@ -11,12 +11,13 @@ from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
+from evalpipe import parallel
 from evalpipe.backends import load_backend
 from evalpipe.cache import GenerationCache
 from evalpipe.config import Cell, RunConfig, stable_hash
 from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
 from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, CellRuntime, Engine
-from evalpipe.errors import InputError
+from evalpipe.errors import InfraError, InputError
 from evalpipe.formats import get_format
 from evalpipe.questions import Question, load_questions, question_files
 from evalpipe.store import RunStore, git_commit, machine, new_run_id, package_versions
@@ -98,13 +99,18 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
     With `resume`, continue a killed run in place: samples already written are
     kept (a torn last line is cut), and only the missing cell x question pairs run.
     """
+    rank, world = parallel.rank_world()
+    token = parallel.launch_key(config.hash()) if world > 1 else None
     if resume is not None:
         store = RunStore(resume)
         manifest = store.read_json("manifest.json")
         run_id = manifest["run_id"]
     else:
-        run_id = new_run_id(config.name, config.hash())
-        store = RunStore(Path(out_root or "outputs") / run_id)
+        out = Path(out_root or "outputs")
+        run_id = parallel.shared_run_id(out, config.hash(),
+                                        lambda: new_run_id(config.name, config.hash()),
+                                        rank, world)
+        store = RunStore(out / run_id)
         manifest = None
     cells = config.cells()
     corpus = None
@@ -114,6 +120,12 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
                         corpus_version(docs))
     cache = GenerationCache() if use_cache else None
     engine = engine or Engine(cache.generate if cache else None)
+    if rank > 0:  # a helper rank: its share of every cell into its own part, no manifest
+        _run_rank(config, store, run_id, rank, world, token, cells, corpus, engine,
+                  resumed=manifest is not None)
+        if cache is not None:
+            cache.close()
+        return store.path
     with store:
         if manifest is None:
             questions = select_questions(config)
@@ -128,38 +140,47 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
             done: set[tuple[str, str]] = set()
         else:
             questions = list(store.questions().values())
-            done = {(s["cell_id"], s["question_id"]) for s in store.read_samples(repair=True)}
+            store.read_samples(repair=True)
+            done = parallel.done_pairs(store.path)  # samples.jsonl and any rank's part
             manifest.setdefault("resumed", []).append(_now())
+        if world > 1:
+            manifest["world_size"] = world
+            parallel.repair_part(store.path, rank)
+        mine = parallel.shard(questions, rank, world)
         store.write_json("manifest.json", manifest)
         _point_latest(store.path)
         echo(f"run {run_id}: {len(cells)} cells x {len(questions)} questions -> {store.path}"
              + (f" (resuming: {len(done)} samples already written)" if done else ""))
-        for model in config.models:
-            model_cells = [c for c in cells if c.model is model]
-            todo = {c.id: [q for q in questions if (c.id, q.id) not in done] for c in model_cells}
-            if not any(todo.values()):
-                continue
-            backend = load_backend(model)
-            facts = backend.describe()
-            for cell in model_cells:
-                runtime = _runtime(cell, backend, facts, config, corpus, questions)
-                recorded = manifest["cells"].get(cell.id)
-                if recorded and recorded["fingerprint"] != runtime.fingerprint:
-                    raise InputError(
-                        f"cell {cell.id} no longer matches the run (model, settings, corpus or "
-                        "questions changed since it started); start a new run instead",
-                        file=str(store.manifest_path), field="cells")
-                manifest["cells"][cell.id] = {"fingerprint": runtime.fingerprint,
-                                              "settings": runtime.settings, "model": facts}
-                store.write_json("manifest.json", manifest)
-                if not todo[cell.id]:
-                    continue
-                with tqdm(total=len(questions), initial=len(questions) - len(todo[cell.id]),
-                          desc=cell.id, unit="q", dynamic_ncols=True) as bar:
-                    for samples in engine.run(runtime, todo[cell.id], run_id,
-                                              group_size=max(64, 4 * config.generation.batch_size),
-                                              progress=bar.update):
-                        store.append_samples(s.to_dict() for s in samples)
+        def record_cell(cell: Cell, runtime: CellRuntime, facts: dict) -> None:
+            recorded = manifest["cells"].get(cell.id)
+            if recorded and recorded["fingerprint"] != runtime.fingerprint:
+                raise InputError(
+                    f"cell {cell.id} no longer matches the run (model, settings, corpus or "
+                    "questions changed since it started); start a new run instead",
+                    file=str(store.manifest_path), field="cells")
+            manifest["cells"][cell.id] = {"fingerprint": runtime.fingerprint,
+                                          "settings": runtime.settings, "model": facts}
+            store.write_json("manifest.json", manifest)
+
+        def write(samples: list[dict]) -> None:
+            if world > 1:
+                parallel.append_part(store.path, rank, samples)
+            else:
+                store.append_samples(samples)
+
+        _run_cells(config, cells, corpus, engine, questions, mine, done, run_id, write,
+                   on_cell=record_cell, progress=True)
+        if world > 1:
+            parallel.mark_done(store.path, rank, token=token)
+            missing = parallel.wait_for_parts(store.path, world, token=token,
+                                              timeout=float(os.environ.get(
+                                                  "EVALPIPE_PART_TIMEOUT", 24 * 3600)))
+            if missing:
+                raise InfraError(f"ranks {missing} did not finish their share of {store.path}; "
+                                 "their parts are kept: continue with --resume")
+            merged = parallel.merge_parts(store.path, world, cell_order=[c.id for c in cells])
+            parallel.forget_run_id(Path(out_root or "outputs"), config.hash())
+            echo(f"merged {world} parts: {merged} samples")
         manifest["finished"] = _now()
         if cache is not None:
             manifest["cache"] = {"hits": cache.hits, "misses": cache.misses, "path": str(cache.path)}
@@ -168,6 +189,53 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
         store.write_json("manifest.json", manifest)
         score_run(store)
     return store.path
+
+
+def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engine: Engine,
+               questions: list[Question], mine: list[Question], done: set[tuple[str, str]],
+               run_id: str, write: Callable[[list[dict]], None], *,
+               on_cell: Callable[[Cell, CellRuntime, dict], None] | None = None,
+               progress: bool = False) -> int:
+    """Generate every (cell, question) of `mine` not yet `done`, one model loaded at a
+    time; each finished group of samples goes to `write`. Returns the count written."""
+    count = 0
+    for model in config.models:
+        model_cells = [c for c in cells if c.model is model]
+        todo = {c.id: [q for q in mine if (c.id, q.id) not in done] for c in model_cells}
+        if not any(todo.values()):
+            continue
+        backend = load_backend(model)
+        facts = backend.describe()
+        for cell in model_cells:
+            runtime = _runtime(cell, backend, facts, config, corpus, questions)
+            if on_cell is not None:
+                on_cell(cell, runtime, facts)
+            if not todo[cell.id]:
+                continue
+            with tqdm(total=len(mine), initial=len(mine) - len(todo[cell.id]), desc=cell.id,
+                      unit="q", dynamic_ncols=True, disable=not progress) as bar:
+                for samples in engine.run(runtime, todo[cell.id], run_id,
+                                          group_size=max(64, 4 * config.generation.batch_size),
+                                          progress=bar.update):
+                    write([s.to_dict() for s in samples])
+                    count += len(samples)
+    return count
+
+
+def _run_rank(config: RunConfig, store: RunStore, run_id: str, rank: int, world: int,
+              token: str | None, cells: list[Cell], corpus: Corpus | None, engine: Engine,
+              resumed: bool) -> None:
+    """A rank other than 0: its round-robin share of every cell into
+    samples.part{rank}.jsonl, then a done marker. Rank 0 writes the manifest and
+    questions.jsonl, merges the parts and scores."""
+    store.path.mkdir(parents=True, exist_ok=True)
+    # The same list rank 0 works from: its snapshot on resume, else the same selection.
+    questions = list(store.questions().values()) if resumed else select_questions(config)
+    parallel.repair_part(store.path, rank)
+    count = _run_cells(config, cells, corpus, engine, questions,
+                       parallel.shard(questions, rank, world), parallel.done_pairs(store.path),
+                       run_id, lambda samples: parallel.append_part(store.path, rank, samples))
+    parallel.mark_done(store.path, rank, count, token=token)
 
 
 def _now() -> str:
