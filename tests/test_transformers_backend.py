@@ -188,3 +188,23 @@ def test_default_model_loop_equals_generate(default_backend):
         default_backend.generation, default_backend.prefix_reuse = before
     assert [g.text for g in loop] == [g.text for g in single]
     assert [g.completion_tokens for g in loop] == [g.completion_tokens for g in single]
+
+
+def test_fallback_template_starts_with_the_bos_token(tiny_model_dir, tmp_path):
+    """Base models without a chat template get the plain template, BOS first."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from evalpipe.backends.transformers_backend import TransformersBackend
+
+    model_dir = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, model_dir)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.chat_template = None
+    tok.bos_token = "<|endoftext|>"
+    tok.save_pretrained(model_dir)
+    (model_dir / "chat_template.jinja").unlink(missing_ok=True)
+    backend = TransformersBackend(str(model_dir))
+    prompt = backend.render([{"role": "user", "content": "Hi"}], None)
+    assert prompt == "<|endoftext|>User: Hi\n\nAssistant:"

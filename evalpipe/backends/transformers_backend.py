@@ -29,6 +29,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 # Models without a chat template (base models) get this plain, documented one.
 FALLBACK_TEMPLATE = (
+    # Base models such as Gemma need their BOS token: without it they emit garbage, and
+    # prompts are tokenized without special tokens, so the template must carry it.
+    "{{ bos_token if bos_token else '' }}"
     "{% for m in messages %}"
     "{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
     "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n\n"
