@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from evalpipe.backends.base import Backend, GenerationSettings
 from evalpipe.backends.replay import request_key

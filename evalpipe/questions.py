@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from evalpipe.errors import InputError
 
@@ -160,7 +161,7 @@ def _rows(source: str) -> Iterable[tuple[int, Any]]:
     else:
         try:
             table = datasets.load_dataset(source, split="train")
-        except Exception as exc:  # the Hub is unreachable or the name is unknown
+        except Exception as exc:  # noqa: BLE001 -- the Hub is unreachable or the name is unknown
             raise InputError(f"cannot load question set ({type(exc).__name__}: {exc})",
                              file=source, expected="a local file or a reachable dataset name")
     for number, row in enumerate(table, start=1):

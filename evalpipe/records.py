@@ -149,5 +149,5 @@ class Sample:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Sample":
+    def from_dict(cls, data: dict[str, Any]) -> Sample:
         return _from_dict(cls, data)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -174,7 +175,7 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
             parallel.mark_done(store.path, rank, token=token)
             missing = parallel.wait_for_parts(store.path, world, token=token,
                                               timeout=float(os.environ.get(
-                                                  "EVALPIPE_PART_TIMEOUT", 24 * 3600)))
+                                                  "EVALPIPE_PART_TIMEOUT", str(24 * 3600))))
             if missing:
                 raise InfraError(f"ranks {missing} did not finish their share of {store.path}; "
                                  "their parts are kept: continue with --resume")
@@ -288,21 +289,10 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
 def score_run(store: RunStore, k: int | None = None) -> dict[str, Any]:
     """(Re)compute scores.json and table.md from samples.jsonl and questions.jsonl."""
     from evalpipe.report.tables import score_table
-    from evalpipe.scoring import SCORER_VERSION, aggregate, score_sample
+    from evalpipe.scoring.run import score_records
 
-    questions = store.questions()
-    samples = store.read_samples()
-    manifest = store.read_json("manifest.json")
-    k = k or int((manifest.get("config") or {}).get("k", 3))
-    scored = []
-    for s in samples:
-        q = questions.get(s["question_id"])
-        if q is None:
-            raise InputError(f"sample for unknown question {s['question_id']!r}",
-                             file=str(store.samples_path))
-        scored.append(score_sample(s, q, k=k))
-    scores = {"run_id": manifest["run_id"], "scorer_version": SCORER_VERSION, "k": k,
-              "groups": aggregate(scored), "samples": scored}
+    scores = score_records(store.read_json("manifest.json"), store.questions(),
+                           store.read_samples(), k=k, source=str(store.samples_path))
     store.write_json("scores.json", scores)
     store.write_text("table.md", score_table(scores))
     return scores

@@ -18,9 +18,10 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from evalpipe.errors import EvalpipeError, InputError
 from evalpipe.questions import Question, load_questions

@@ -13,6 +13,16 @@ from typing import Any
 
 from evalpipe.records import Generation
 
+# Models without a chat template (base models) get this plain, documented one.
+PLAIN_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
+    "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n\n"
+    "{% elif m['role'] == 'assistant' %}Assistant: {{ m['content'] }}\n\n"
+    "{% else %}Tool: {{ m['content'] }}\n\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
 
 @dataclass(frozen=True)
 class GenerationSettings:

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from evalpipe.backends.base import Backend, GenerationSettings
+from evalpipe.backends.base import PLAIN_TEMPLATE, Backend, GenerationSettings
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.records import Generation
 
@@ -30,15 +30,7 @@ CHATML = (
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-# The same plain template the transformers backend uses for models without one.
-PLAIN = (
-    "{% for m in messages %}"
-    "{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
-    "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n\n"
-    "{% elif m['role'] == 'assistant' %}Assistant: {{ m['content'] }}\n\n"
-    "{% else %}Tool: {{ m['content'] }}\n\n{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
-)
+PLAIN = PLAIN_TEMPLATE  # the transformers backend's template for models without one
 BUILTIN_TEMPLATES = {"chatml": CHATML, "plain": PLAIN}
 # Where a reply ends for the built-in templates (text completion has no chat turn to close).
 BUILTIN_STOPS = {"chatml": ["<|im_end|>"], "plain": ["\nUser:"]}

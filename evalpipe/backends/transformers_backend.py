@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from evalpipe.backends import batching
-from evalpipe.backends.base import Backend, GenerationSettings
+from evalpipe.backends.base import PLAIN_TEMPLATE, Backend, GenerationSettings
 from evalpipe.backends.models import ALIASES, resolve_model
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.records import Generation
@@ -28,17 +28,9 @@ from evalpipe.records import Generation
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 # Models without a chat template (base models) get this plain, documented one.
-FALLBACK_TEMPLATE = (
-    # Base models such as Gemma need their BOS token: without it they emit garbage, and
-    # prompts are tokenized without special tokens, so the template must carry it.
-    "{{ bos_token if bos_token else '' }}"
-    "{% for m in messages %}"
-    "{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
-    "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n\n"
-    "{% elif m['role'] == 'assistant' %}Assistant: {{ m['content'] }}\n\n"
-    "{% else %}Tool: {{ m['content'] }}\n\n{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
-)
+# Base models such as Gemma need their BOS token: without it they emit garbage, and
+# prompts are tokenized without special tokens, so the template must carry it.
+FALLBACK_TEMPLATE = "{{ bos_token if bos_token else '' }}" + PLAIN_TEMPLATE
 
 
 class _FirstTokenClock:

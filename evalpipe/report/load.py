@@ -78,18 +78,9 @@ def load_run(path: str | Path) -> RunData:
 
 def score_in_memory(manifest: dict[str, Any], questions: dict[str, Question],
                     samples: list[dict[str, Any]], k: int | None = None) -> dict[str, Any]:
-    from evalpipe.scoring import SCORER_VERSION, aggregate, score_sample
+    from evalpipe.scoring.run import score_records
 
-    k = k or int((manifest.get("config") or {}).get("k", 3))
-    scored = []
-    for s in samples:
-        q = questions.get(s["question_id"])
-        if q is None:
-            raise InputError(f"sample for unknown question {s['question_id']!r}",
-                             file="samples.jsonl")
-        scored.append(score_sample(s, q, k=k))
-    return {"run_id": manifest.get("run_id"), "scorer_version": SCORER_VERSION, "k": k,
-            "groups": aggregate(scored), "samples": scored}
+    return score_records(manifest, questions, samples, k=k)
 
 
 # -- facts about cells -------------------------------------------------------------------------

@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from evalpipe.errors import InputError
 from evalpipe.tools.registry import Tool, ToolLimits, Toolset
@@ -18,7 +19,7 @@ MAX_FIB_N = 1000
 MAX_POWER_DIGITS = 300
 
 
-def clean_number(x: float | int) -> float | int:
+def clean_number(x: float) -> float | int:
     """Integral floats become ints and float noise is rounded away, so that
     divide(10, 2) reads 5 and add(0.1, 0.2) reads 0.3."""
     if isinstance(x, float):

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import jsonschema
 
@@ -56,7 +57,7 @@ class Toolset:
             for name, tool in self.tools.items()
         }
 
-    def with_tools(self, *tools: Tool) -> "Toolset":
+    def with_tools(self, *tools: Tool) -> Toolset:
         return Toolset({**self.tools, **{t.name: t for t in tools}}, self.limits)
 
     @property
@@ -106,7 +107,7 @@ class Toolset:
                 timeout=self.limits.timeout_s)
         except FutureTimeout:
             event.error, event.error_message = "timeout", f"no result within {self.limits.timeout_s} s"
-        except Exception as exc:  # a tool's own failure is reported to the model
+        except Exception as exc:  # noqa: BLE001 -- a tool's own failure is reported to the model
             event.error, event.error_message = "tool_exception", f"{type(exc).__name__}: {exc}"
         else:
             text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
