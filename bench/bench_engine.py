@@ -82,15 +82,14 @@ def run_engine(runtime, questions) -> tuple[float, dict[str, str], float]:
     return time.perf_counter() - t0, answers, inside
 
 
-def run_plain(backend, runtime, questions) -> tuple[float, dict[str, str]]:
-    """The tutorial agent loop: one question at a time, model.generate per turn."""
-    import torch
-
-    from evalpipe.engine import DEFAULT_SYSTEM_PROMPT
+def one_at_a_time(runtime, questions, complete) -> tuple[float, dict[str, str]]:
+    """The tutorial agent loop: one question at a time, one `complete(wire messages)`
+    call per turn, the same prompts, parsing and tools as the engine."""
+    from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, FORMAT_FEEDBACK
     from evalpipe.records import ToolCall
     from evalpipe.tools.registry import result_text
 
-    tok, model, fmt, tools = backend.tokenizer, backend.model, runtime.fmt, runtime.toolset
+    fmt, tools = runtime.fmt, runtime.toolset
     answers = {}
     t0 = time.perf_counter()
     for q in questions:
@@ -99,13 +98,7 @@ def run_plain(backend, runtime, questions) -> tuple[float, dict[str, str]]:
         answer = ""
         for turn in range(MAX_TURNS):
             wire, _ = fmt.prepare(messages, tools.schemas(), False)
-            text = tok.apply_chat_template(wire, add_generation_prompt=True, tokenize=False)
-            ids = tok(text, return_tensors="pt", add_special_tokens=False)
-            with torch.inference_mode():
-                out = model.generate(**ids, max_new_tokens=runtime.generation.max_new_tokens,
-                                     do_sample=False, eos_token_id=backend.eos_ids,
-                                     pad_token_id=tok.pad_token_id)
-            reply = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+            reply = complete(wire)
             parsed = fmt.parse(reply, lenient=True)
             calls = [ToolCall(c.name, c.arguments, id=f"call_{turn}_{i}")
                      for i, c in enumerate(parsed.calls)]
@@ -118,8 +111,6 @@ def run_plain(backend, runtime, questions) -> tuple[float, dict[str, str]]:
                     messages.append({"role": "tool", "tool_call_id": event.call_id,
                                      "name": event.name, "content": result_text(event)})
             elif parsed.errors:
-                from evalpipe.engine import FORMAT_FEEDBACK
-
                 kinds = ", ".join(sorted({e.kind for e in parsed.errors}))
                 messages.append({"role": "user", "content": FORMAT_FEEDBACK.format(errors=kinds),
                                  "format_feedback": True})
@@ -128,6 +119,24 @@ def run_plain(backend, runtime, questions) -> tuple[float, dict[str, str]]:
                 break
         answers[q.id] = answer
     return time.perf_counter() - t0, answers
+
+
+def run_plain(backend, runtime, questions) -> tuple[float, dict[str, str]]:
+    """apply_chat_template + model.generate per turn, as tutorials write it."""
+    import torch
+
+    tok, model = backend.tokenizer, backend.model
+
+    def complete(wire):
+        text = tok.apply_chat_template(wire, add_generation_prompt=True, tokenize=False)
+        ids = tok(text, return_tensors="pt", add_special_tokens=False)
+        with torch.inference_mode():
+            out = model.generate(**ids, max_new_tokens=runtime.generation.max_new_tokens,
+                                 do_sample=False, eos_token_id=backend.eos_ids,
+                                 pad_token_id=tok.pad_token_id)
+        return tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+
+    return one_at_a_time(runtime, questions, complete)
 
 
 def main(argv=None) -> int:

@@ -13,53 +13,25 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_engine import LOAD_NOTE, MAX_TURNS, bench_questions, make_runtime, run_engine
+from bench_engine import LOAD_NOTE, bench_questions, make_runtime, one_at_a_time, run_engine
 
 
 def run_llamacpp(llm, runtime, questions, max_new_tokens: int) -> tuple[float, dict[str, str]]:
-    from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, FORMAT_FEEDBACK
-    from evalpipe.records import ToolCall
-    from evalpipe.tools.registry import result_text
+    """llama-cpp-python's chat completion, one request at a time."""
 
-    fmt, tools = runtime.fmt, runtime.toolset
-    answers = {}
-    t0 = time.perf_counter()
-    for q in questions:
-        messages = [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
-                    {"role": "user", "content": q.question}]
-        answer = ""
-        for turn in range(MAX_TURNS):
-            wire, _ = fmt.prepare(messages, tools.schemas(), False)
-            wire = [{"role": m["role"], "content": m.get("content") or ""} for m in wire]
-            reply = llm.create_chat_completion(messages=wire, temperature=0.0, top_k=1,
-                                               max_tokens=max_new_tokens, seed=0)
-            text = reply["choices"][0]["message"].get("content") or ""
-            parsed = fmt.parse(text, lenient=True)
-            calls = [ToolCall(c.name, c.arguments, id=f"call_{turn}_{i}")
-                     for i, c in enumerate(parsed.calls)]
-            messages.append({"role": "assistant", "content": text, **({"tool_calls": [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.name, "arguments": c.arguments}} for c in calls]}
-                if calls else {})})
-            if calls:
-                for event in tools.execute(calls):
-                    messages.append({"role": "tool", "tool_call_id": event.call_id,
-                                     "name": event.name, "content": result_text(event)})
-            elif parsed.errors:
-                kinds = ", ".join(sorted({e.kind for e in parsed.errors}))
-                messages.append({"role": "user", "content": FORMAT_FEEDBACK.format(errors=kinds)})
-            else:
-                answer = parsed.content
-                break
-        answers[q.id] = answer
-    return time.perf_counter() - t0, answers
+    def complete(wire):
+        wire = [{"role": m["role"], "content": m.get("content") or ""} for m in wire]
+        reply = llm.create_chat_completion(messages=wire, temperature=0.0, top_k=1,
+                                           max_tokens=max_new_tokens, seed=0)
+        return reply["choices"][0]["message"].get("content") or ""
+
+    return one_at_a_time(runtime, questions, complete)
 
 
 def main(argv=None) -> int:
