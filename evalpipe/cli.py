@@ -74,6 +74,10 @@ def run(config_path, limit, out_root, models, suites, dtype, sets, resume_dir, n
             config.raw["models"] = config.models
     run_dir = execute_run(config, Path(out_root), resume=Path(resume_dir) if resume_dir else None,
                           use_cache=not no_cache, echo=click.echo)
+    from evalpipe.parallel import rank_world
+
+    if rank_world()[0] > 0:  # a helper rank: rank 0 merges, scores and prints the table
+        return
     click.echo("")
     click.echo((run_dir / "table.md").read_text(encoding="utf-8"))
     click.echo(f"results: {run_dir}")
