@@ -97,7 +97,9 @@ class Engine:
     def run(self, cell: CellRuntime, questions: list[Question], run_id: str,
             group_size: int = 64, progress: Callable[[int], None] | None = None
             ) -> Iterator[list[Sample]]:
-        """Yield the samples of each group of questions as soon as it is finished."""
+        """Yield the samples of each group of questions as soon as it is finished;
+        `progress` hears of each conversation as it ends, for a live progress bar."""
+        report = progress or (lambda n: None)
         for lo in range(0, len(questions), group_size):
             convs = [self._start(cell, q) for q in questions[lo: lo + group_size]]
             for turn in range(cell.max_turns):
@@ -105,11 +107,11 @@ class Engine:
                 if not active:
                     break
                 self._turn(cell, active, turn)
-            for c in convs:
-                if not c.done:
-                    c.stop("turn_limit")
-            if progress:
-                progress(len(convs))
+                report(sum(c.done for c in active))
+            unfinished = [c for c in convs if not c.done]
+            for c in unfinished:
+                c.stop("turn_limit")
+            report(len(unfinished))
             yield [self._sample(cell, c, run_id) for c in convs]
 
     def _start(self, cell: CellRuntime, q: Question) -> _Conversation:

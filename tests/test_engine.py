@@ -125,3 +125,12 @@ def test_tiny_model_runs_through_the_real_backend(tiny_model_dir):
         assert turn["prefill_ms"] > 0
     again = list(Engine().run(cell, qs, "run"))[0]
     assert [s.final_answer for s in again] == [s.final_answer for s in samples]  # greedy
+
+
+def test_progress_hears_of_each_conversation_as_it_ends():
+    backend = ScriptedBackend(lambda p: call("add", a=1, b=2) if TOOL_RESULT not in p
+                              and "12 + 30" in p else "3")
+    other = Question(id="c1", suite="control", question="Say hi", answer="hi")
+    seen = []
+    list(Engine().run(cell_for(backend), [Q, other], "run", progress=seen.append))
+    assert [n for n in seen if n] == [1, 1]  # one after turn 0, the other after turn 1

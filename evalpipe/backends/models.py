@@ -44,7 +44,7 @@ DEFAULT_MODEL = "smollm2-135m"
 
 
 def converted_dir(alias: str) -> Path:
-    return cache_dir("models", alias)
+    return cache_dir("models") / alias  # created by the conversion, not by a look-up
 
 
 def is_cached(alias: str) -> bool:
