@@ -208,3 +208,11 @@ def test_fallback_template_starts_with_the_bos_token(tiny_model_dir, tmp_path):
     backend = TransformersBackend(str(model_dir))
     prompt = backend.render([{"role": "user", "content": "Hi"}], None)
     assert prompt == "<|endoftext|>User: Hi\n\nAssistant:"
+
+
+def test_plain_template_replies_end_where_the_model_starts_the_next_turn():
+    from evalpipe.backends.base import cut_plain_turn
+
+    assert cut_plain_turn(" 2 + 2 = 4\n\nUser: What is 2 +") == " 2 + 2 = 4"
+    assert cut_plain_turn("Paris.\nAssistant: Paris") == "Paris."
+    assert cut_plain_turn("The User: field stays") == "The User: field stays"

@@ -7,6 +7,7 @@ key, so it must hold everything that decides the reply.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -22,6 +23,13 @@ PLAIN_TEMPLATE = (
     "{% else %}Tool: {{ m['content'] }}\n\n{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
 )
+_PLAIN_NEXT_TURN = re.compile(r"\n+(?:User|Tool|Assistant):")
+
+
+def cut_plain_turn(text: str) -> str:
+    """A base model on the plain template writes the next turns itself: keep its own."""
+    match = _PLAIN_NEXT_TURN.search(text)
+    return text[: match.start()] if match else text
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from evalpipe.backends import batching
-from evalpipe.backends.base import PLAIN_TEMPLATE, Backend, GenerationSettings
+from evalpipe.backends.base import PLAIN_TEMPLATE, Backend, GenerationSettings, cut_plain_turn
 from evalpipe.backends.models import ALIASES, resolve_model
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.records import Generation
@@ -73,7 +73,8 @@ class TransformersBackend(Backend):
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        if not self.tokenizer.chat_template:
+        self.plain_template = not self.tokenizer.chat_template
+        if self.plain_template:
             self.tokenizer.chat_template = FALLBACK_TEMPLATE
         self.eos_ids = self._eos_ids()
         if generation not in ("auto", "loop", "hf"):
@@ -123,6 +124,15 @@ class TransformersBackend(Backend):
             messages, tools=tools, add_generation_prompt=True, tokenize=False)
 
     def generate(self, prompts, settings: GenerationSettings, progress=None):
+        gens = self._generate(prompts, settings, progress)
+        if self.plain_template:
+            for gen in gens:
+                text = cut_plain_turn(gen.text)
+                if text != gen.text:
+                    gen.text, gen.finish_reason = text, "stop"
+        return gens
+
+    def _generate(self, prompts, settings: GenerationSettings, progress=None):
         if not prompts:
             return []
         if self.generation == "hf":
