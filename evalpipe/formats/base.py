@@ -119,6 +119,22 @@ class Format(ABC):
         return "\n".join(self.render_call(c) for c in calls)
 
 
+class PromptProtocolFormat(Format):
+    """A format whose protocol is written into the system prompt: the tools go there
+    as text, tool results come back as user messages in the format's own wrapping."""
+
+    def protocol(self, tools: list[dict[str, Any]]) -> str:
+        """The system-prompt text that explains the protocol and lists the tools."""
+        raise NotImplementedError
+
+    def tool_result(self, name: str, content: str) -> str:
+        raise NotImplementedError
+
+    def prepare(self, messages, tools, template_supports_tools):
+        wire = to_text_messages(messages, self)
+        return (merge_system(wire, self.protocol(tools)) if tools else wire), None
+
+
 def _guarded(parse):
     """A parser bug must not stop a run: it becomes a parser_bug error on the reply."""
     if getattr(parse, "_guarded", False):

@@ -17,12 +17,10 @@ import re
 from typing import Any
 
 from evalpipe.formats.base import (
-    Format,
+    PromptProtocolFormat,
     cut_imitation,
     error,
-    merge_system,
     start_result,
-    to_text_messages,
 )
 from evalpipe.formats.calls import calls_from_text, looks_like_call, remove_spans, tidy
 from evalpipe.formats.repair import json_spans
@@ -52,15 +50,12 @@ def render_tools(tools: list[dict[str, Any]]) -> str:
     return "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
 
 
-class HermesFormat(Format):
+class HermesFormat(PromptProtocolFormat):
     name = "hermes"
     response_open, response_close = "<tool_response>", "</tool_response>"
 
-    def prepare(self, messages, tools, template_supports_tools):
-        if not tools:
-            return to_text_messages(messages, self), None
-        return merge_system(to_text_messages(messages, self),
-                            PROTOCOL.format(tools=render_tools(tools))), None
+    def protocol(self, tools):
+        return PROTOCOL.format(tools=render_tools(tools))
 
     def tool_result(self, name: str, content: str) -> str:
         return f"{self.response_open}\n{content}\n{self.response_close}"

@@ -19,12 +19,10 @@ import re
 from typing import Any
 
 from evalpipe.formats.base import (
-    Format,
+    PromptProtocolFormat,
     cut_imitation,
     error,
-    merge_system,
     start_result,
-    to_text_messages,
 )
 from evalpipe.formats.calls import ARG_KEYS, calls_from_text, looks_like_call, remove_spans, tidy
 from evalpipe.formats.repair import json_spans, loads_value
@@ -53,14 +51,11 @@ def render_tools(tools: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-class JsonFormat(Format):
+class JsonFormat(PromptProtocolFormat):
     name = "json"
 
-    def prepare(self, messages, tools, template_supports_tools):
-        if not tools:
-            return to_text_messages(messages, self), None
-        return merge_system(to_text_messages(messages, self),
-                            PROTOCOL.format(tools=render_tools(tools))), None
+    def protocol(self, tools):
+        return PROTOCOL.format(tools=render_tools(tools))
 
     def tool_result(self, name: str, content: str) -> str:
         value, kind, _ = loads_value(content, lenient=False)

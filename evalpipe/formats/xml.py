@@ -36,12 +36,10 @@ import re
 from typing import Any
 
 from evalpipe.formats.base import (
-    Format,
+    PromptProtocolFormat,
     cut_imitation,
     error,
-    merge_system,
     start_result,
-    to_text_messages,
 )
 from evalpipe.formats.calls import calls_from_text, tidy
 from evalpipe.formats.repair import MAX_INT_DIGITS, loads_value
@@ -129,18 +127,18 @@ def _properties(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]
     return props
 
 
-class XmlFormat(Format):
+class XmlFormat(PromptProtocolFormat):
     name = "xml"
 
     def __init__(self, tools: list[dict[str, Any]] | None = None):
         self._props = _properties(tools)
 
     def prepare(self, messages, tools, template_supports_tools):
-        self._props = _properties(tools)
-        if not tools:
-            return to_text_messages(messages, self), None
-        return merge_system(to_text_messages(messages, self),
-                            PROTOCOL.format(tools=render_tools(tools))), None
+        self._props = _properties(tools)  # parameter types, for typing parsed values
+        return super().prepare(messages, tools, template_supports_tools)
+
+    def protocol(self, tools):
+        return PROTOCOL.format(tools=render_tools(tools))
 
     def tool_result(self, name: str, content: str) -> str:
         return f"<tool_response>\n{content}\n</tool_response>"
