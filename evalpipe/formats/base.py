@@ -119,6 +119,23 @@ class Format(ABC):
         return "\n".join(self.render_call(c) for c in calls)
 
 
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+# A block ends at its closing tag, at the next opening tag, or at the end of the reply.
+TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|(?=<tool_call>)|$)", re.DOTALL)
+
+
+def tool_call_blocks(reply: str, result: ParseResult, lenient: bool):
+    """(body, closed, where) of each <tool_call> block in a reply. In strict
+    mode an unclosed block is an unclosed_tag error on `result` and is not yielded."""
+    for index, match in enumerate(TOOL_CALL_BLOCK.finditer(reply)):
+        body, closed, where = match.group(1), match.group(2) == TOOL_CALL_CLOSE, f"call {index}"
+        if not closed and not lenient:
+            result.errors.append(error(
+                "unclosed_tag", f"{where}: {TOOL_CALL_OPEN} without {TOOL_CALL_CLOSE}", body))
+            continue
+        yield body, closed, where
+
+
 class PromptProtocolFormat(Format):
     """A format whose protocol is written into the system prompt: the tools go there
     as text, tool results come back as user messages in the format's own wrapping."""

@@ -17,17 +17,20 @@ import re
 from typing import Any
 
 from evalpipe.formats.base import (
+    TOOL_CALL_BLOCK,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
     PromptProtocolFormat,
     cut_imitation,
     error,
     start_result,
+    tool_call_blocks,
 )
 from evalpipe.formats.calls import calls_from_text, looks_like_call, remove_spans, tidy
 from evalpipe.formats.repair import json_spans
 from evalpipe.records import ParseResult, ToolCall
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
-BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|(?=<tool_call>)|$)", re.DOTALL)
+OPEN, CLOSE, BLOCK = TOOL_CALL_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_BLOCK
 STRAY_TAG = re.compile(r"</?tool_call>")
 
 PROTOCOL = """# Tools
@@ -69,14 +72,8 @@ class HermesFormat(PromptProtocolFormat):
         if reply is None:
             return result
         reply = cut_imitation(reply, result)
-        blocks = list(BLOCK.finditer(reply))
-        for index, match in enumerate(blocks):
-            body, closed = match.group(1), match.group(2) == CLOSE
-            where = f"call {index}"
-            if not closed and not lenient:
-                result.errors.append(error("unclosed_tag", f"{where}: {OPEN} without {CLOSE}",
-                                           body))
-                continue
+        blocks = BLOCK.search(reply) is not None
+        for body, closed, where in tool_call_blocks(reply, result, lenient):
             if not body.strip():
                 result.errors.append(error("empty", f"{where}: nothing inside {OPEN}"))
                 continue

@@ -36,17 +36,20 @@ import re
 from typing import Any
 
 from evalpipe.formats.base import (
+    TOOL_CALL_BLOCK,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
     PromptProtocolFormat,
     cut_imitation,
     error,
     start_result,
+    tool_call_blocks,
 )
 from evalpipe.formats.calls import calls_from_text, tidy
 from evalpipe.formats.repair import MAX_INT_DIGITS, loads_value
 from evalpipe.records import ParseError, ParseResult, ToolCall
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
-BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|(?=<tool_call>)|$)", re.DOTALL)
+OPEN, CLOSE, BLOCK = TOOL_CALL_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_BLOCK
 FUNCTION = re.compile(r"<function\s*=\s*([^>\n]*)>(.*?)(</function>|(?=<function\s*=)|$)", re.DOTALL)
 PARAMETER = re.compile(
     r"<parameter\s*=\s*([^>\n]*)>(.*?)(</parameter>|(?=<parameter\s*=)|(?=</function>)|$)", re.DOTALL)
@@ -156,14 +159,8 @@ class XmlFormat(PromptProtocolFormat):
         if reply is None:
             return result
         reply = cut_imitation(reply, result)
-        blocks = list(BLOCK.finditer(reply))
-        for index, match in enumerate(blocks):
-            body, closed = match.group(1), match.group(2) == CLOSE
-            where = f"call {index}"
-            if not closed and not lenient:
-                result.errors.append(error("unclosed_tag", f"{where}: {OPEN} without {CLOSE}",
-                                           body))
-                continue
+        blocks = BLOCK.search(reply) is not None
+        for body, closed, where in tool_call_blocks(reply, result, lenient):
             self._read_block(body, where, lenient, result, repaired=not closed)
         if blocks:
             content = BLOCK.sub("", reply)
