@@ -23,8 +23,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 MAX_TURNS = 5
-LOAD_NOTE = ("figures taken on a shared 2-core machine while other work loaded it; "
-             "absolute times are noisy, the ratios come from one run")
+
+
+def load_note() -> str:
+    """The machine's load as the benchmark ends: ratios come from one run, under it."""
+    import os
+
+    load = os.getloadavg()[0]
+    return (f"{os.cpu_count()} cores, load average {load:.1f} at the end; both sides ran under the "
+            "same conditions, the ratios come from this one run")
 
 
 def bench_questions(n: int):
@@ -61,22 +68,30 @@ def make_runtime(backend, toolset_name: str = "calculator", max_new_tokens: int 
 
 
 def run_engine(runtime, questions) -> tuple[float, dict[str, str], float]:
-    """Wall seconds, final answer per question id, and seconds inside backend.generate."""
+    """Wall seconds, final answer per question id, and seconds inside the model
+    (the backend session's submit and poll)."""
     from evalpipe.engine import Engine
 
     inside = 0.0
 
-    def timed(backend, prompts, settings):
-        nonlocal inside
-        t = time.perf_counter()
-        try:
-            return backend.generate(prompts, settings)
-        finally:
-            inside += time.perf_counter() - t
+    def timed(method):
+        def call(*args):
+            nonlocal inside
+            t = time.perf_counter()
+            try:
+                return method(*args)
+            finally:
+                inside += time.perf_counter() - t
+        return call
+
+    def open_session(backend, settings):
+        session = backend.session(settings)
+        session.submit, session.poll = timed(session.submit), timed(session.poll)
+        return session
 
     answers = {}
     t0 = time.perf_counter()
-    for samples in Engine(timed).run(runtime, questions, "bench"):
+    for samples in Engine(open_session).run(runtime, questions, "bench"):
         for s in samples:
             answers[s.question_id] = s.final_answer
     return time.perf_counter() - t0, answers, inside
@@ -144,19 +159,22 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads for both sides (1: the machine is shared; see docs/speed.md)")
+    ap.add_argument("--batch-size", type=int, default=64, help="the engine's batch cap")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads for both sides (default: torch's own choice, one per "
+                         "core; on a shared, oversubscribed machine 1 can be faster, see docs/speed.md)")
     args = ap.parse_args(argv)
 
     import torch
 
     from evalpipe.backends import load_backend
 
-    torch.set_num_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     backend = load_backend({"id": "smollm2-135m", "dtype": args.dtype})
     questions = bench_questions(args.n)
-    runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens)
+    runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     # Warm-up (both sides): one short generation each, so neither pays first-call costs.
     run_engine(make_runtime(backend, max_new_tokens=4), questions[:2])
     run_plain(backend, make_runtime(backend, max_new_tokens=4), questions[:1])
@@ -168,13 +186,13 @@ def main(argv=None) -> int:
     n = len(questions)
     print(f"questions: {n} (hermes, calculator, max_new_tokens={args.max_new_tokens}, "
           f"dtype={args.dtype}, batch cap {runtime.generation.batch_size}, "
-          f"torch threads {args.threads})")
+          f"torch threads {torch.get_num_threads()})")
     print(f"evalpipe engine : {engine_s:8.1f} s  {n / engine_s:6.3f} q/s")
     print(f"plain loop      : {plain_s:8.1f} s  {n / plain_s:6.3f} q/s")
-    print(f"engine time outside backend.generate: {(engine_s - inside) / engine_s:.1%}")
+    print(f"engine time outside the model: {(engine_s - inside) / engine_s:.1%}")
     print(f"throughput ratio: {plain_s / engine_s:.2f}x  (target >= 8x)")
     print(f"identical final answers: {same}/{n} = {same / n:.0%}")
-    print(f"note: {LOAD_NOTE}")
+    print(f"note: {load_note()}")
     return 0
 
 

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_engine import LOAD_NOTE, bench_questions, make_runtime, one_at_a_time, run_engine
+from bench_engine import load_note, bench_questions, make_runtime, one_at_a_time, run_engine
 
 
 def run_llamacpp(llm, runtime, questions, max_new_tokens: int) -> tuple[float, dict[str, str]]:
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     print(f"questions/second ratio: {cpp_s / engine_s:.2f}x  (target >= 2x)")
     print(f"identical final answers: {same}/{n} (different weights: Q4_1 vs its dequantised "
           "copy, so not expected to be equal)")
-    print(f"note: {LOAD_NOTE}")
+    print(f"note: {load_note()}")
     return 0
 
 

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_engine import LOAD_NOTE
+from bench_engine import load_note
 
 
 def main(argv=None) -> int:
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     print(f"inside backend.generate ({timings['calls']} calls): {timings['generate']:.1f} s")
     print(f"outside the model: {outside:.2f} s = {outside / job:.1%} of the job (target < 3%); "
           f"{(outside + timings['load']) / wall:.1%} counting the model load")
-    print(f"note: {LOAD_NOTE}")
+    print(f"note: {load_note()}")
     return 0
 
 

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_engine import LOAD_NOTE, bench_questions
+from bench_engine import load_note, bench_questions
 
 
 def first_turn_prompts(backend, n: int, toolset: str = "math") -> list[str]:
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     print(f"greedy replies identical with and without reuse: {same}/{len(prompts)}")
     print(f"tokens prefilled {stats['prefilled_tokens']}, reused from the store "
           f"{stats['reused_tokens']}")
-    print(f"note: {LOAD_NOTE}")
+    print(f"note: {load_note()}")
     return 0
 
 

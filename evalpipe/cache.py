@@ -15,7 +15,7 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
-from evalpipe.backends.base import Backend, GenerationSettings
+from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings
 from evalpipe.paths import cache_dir
 from evalpipe.records import Generation, ToolCall
 
@@ -68,6 +68,10 @@ class GenerationCache:
         self.misses += len(missing)
         return out
 
+    def session(self, backend: Backend, settings: GenerationSettings) -> GenerationSession:
+        """A backend session with this cache in front of it."""
+        return _CachedSession(self, backend, settings)
+
     def _get_many(self, keys: list[str]) -> dict[str, Generation]:
         found: dict[str, Generation] = {}
         with self._lock:
@@ -98,3 +102,39 @@ class GenerationCache:
 
     def close(self) -> None:
         self._db.close()
+
+
+class _CachedSession(GenerationSession):
+    """Cached replies come back at the next poll without touching the model; the
+    rest go to the backend's own session and are stored as they come back."""
+
+    def __init__(self, cache: GenerationCache, backend: Backend, settings: GenerationSettings):
+        super().__init__(backend, settings)
+        self.cache, self.inner = cache, backend.session(settings)
+        self.model_key = cache._model_key(backend)
+        self.ready: list[tuple[object, Generation]] = []
+        self.keys: dict[object, str] = {}
+
+    @property
+    def pending(self) -> int:
+        return len(self.ready) + self.inner.pending
+
+    def submit(self, key, prompt: str) -> None:
+        cache_key = self.cache.key(self.model_key, prompt, self.settings)
+        found = self.cache._get_many([cache_key])
+        if cache_key in found:
+            self.cache.hits += 1
+            self.ready.append((key, found[cache_key]))
+        else:
+            self.cache.misses += 1
+            self.keys[key] = cache_key
+            self.inner.submit(key, prompt)
+
+    def poll(self):
+        if self.ready:
+            out, self.ready = self.ready, []
+            return out
+        out = self.inner.poll()
+        fresh = [(self.keys.pop(key), gen) for key, gen in out]
+        self.cache._put_many([(k, gen) for k, gen in fresh if gen.finish_reason != "error"])
+        return out

@@ -1,10 +1,12 @@
 """The batched agent loop.
 
-All conversations of a group advance together: at each turn every one that
-still needs the model goes into one batched generation, its reply is parsed,
-its tool calls are validated and run, and the results are appended as tool
-messages. A conversation ends when the model answers without calling a tool,
-when it runs out of tokens, or after max_turns generations.
+Up to `window` conversations are open at once, all in one generation session
+of the backend. When a reply comes back, it is parsed, its tool calls are
+validated and run, the results are appended as tool messages and the
+conversation's next turn is submitted at once: it joins the running batch
+without waiting for the other conversations' turns. A conversation ends when
+the model answers without calling a tool, when it runs out of tokens, or after
+max_turns generations; the next question then takes its place.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalpipe.backends.base import Backend, GenerationSettings
+from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings
 from evalpipe.backends.replay import request_key
 from evalpipe.formats.base import Format
 from evalpipe.questions import Question
@@ -71,6 +73,8 @@ class _Conversation:
     error: str | None = None
     started: float = field(default_factory=time.perf_counter)
     ended: float = 0.0
+    prompt: str = ""  # the turn waiting for the model, and its backend-independent form
+    request: str = ""
 
     @property
     def done(self) -> bool:
@@ -89,30 +93,62 @@ def passages_text(chunks: list[dict[str, Any]]) -> str:
 
 
 class Engine:
-    def __init__(self, generate: Callable[[Backend, list[str], GenerationSettings], list[Generation]]
+    def __init__(self, open_session: Callable[[Backend, GenerationSettings], GenerationSession]
                  | None = None):
-        # The generation function is injectable so that a cache can sit in front of the backend.
-        self._generate = generate or (lambda backend, prompts, gen: backend.generate(prompts, gen))
+        # Sessions are opened through an injectable function so that a cache can sit in
+        # front of the backend.
+        self._open = open_session or (lambda backend, gen: backend.session(gen))
 
     def run(self, cell: CellRuntime, questions: list[Question], run_id: str,
-            group_size: int = 64, progress: Callable[[int], None] | None = None
+            window: int = 64, progress: Callable[[int], None] | None = None
             ) -> Iterator[list[Sample]]:
-        """Yield the samples of each group of questions as soon as it is finished;
-        `progress` hears of each conversation as it ends, for a live progress bar."""
-        report = progress or (lambda n: None)
-        for lo in range(0, len(questions), group_size):
-            convs = [self._start(cell, q) for q in questions[lo: lo + group_size]]
-            for turn in range(cell.max_turns):
-                active = [c for c in convs if not c.done]
-                if not active:
-                    break
-                self._turn(cell, active, turn)
-                report(sum(c.done for c in active))
-            unfinished = [c for c in convs if not c.done]
-            for c in unfinished:
-                c.stop("turn_limit")
-            report(len(unfinished))
-            yield [self._sample(cell, c, run_id) for c in convs]
+        """Yield samples in question order, each as soon as it and all before it have
+        ended (so a run's file has the same order cached or not); `progress` hears of
+        each conversation as it ends, for a live progress bar."""
+        session = self._open(cell.backend, cell.generation)
+        todo = iter(enumerate(questions))
+        live: dict[int, _Conversation] = {}  # question index -> open conversation
+        done: dict[int, Sample] = {}
+        released = 0
+        schemas = cell.toolset.schemas()
+
+        def submit(key: int, c: _Conversation) -> None:
+            wire, template_tools = cell.fmt.prepare(c.messages, schemas,
+                                                    cell.backend.template_supports_tools)
+            c.prompt = cell.backend.render(wire, template_tools)
+            # The backend-independent form of the prompt, which replay looks replies up by.
+            c.request = request_key(wire, template_tools)
+            session.submit(key, c.prompt)
+
+        def open_next() -> None:
+            key, q = next(todo, (None, None))
+            if q is not None:
+                live[key] = self._start(cell, q)
+                submit(key, live[key])
+
+        for _ in range(max(1, window)):
+            open_next()
+        while session.pending:
+            ended = 0
+            for key, gen in session.poll():
+                c = live[key]
+                self._advance(cell, c, len(c.turns), c.prompt, c.request, gen)
+                if not c.done and len(c.turns) >= cell.max_turns:
+                    c.stop("turn_limit")
+                if c.done:
+                    done[key] = self._sample(cell, live.pop(key), run_id)
+                    ended += 1
+                    open_next()
+                else:
+                    submit(key, c)
+            if ended and progress is not None:
+                progress(ended)
+            ready = []
+            while released in done:
+                ready.append(done.pop(released))
+                released += 1
+            if ready:
+                yield ready
 
     def _start(self, cell: CellRuntime, q: Question) -> _Conversation:
         system = cell.system_prompt
@@ -123,19 +159,6 @@ class Engine:
             system += "\n\n" + RAG_INSTRUCTION.format(passages=passages_text(retrieved))
         messages = [{"role": "system", "content": system}, {"role": "user", "content": q.question}]
         return _Conversation(q, messages, retrieved)
-
-    def _turn(self, cell: CellRuntime, convs: list[_Conversation], turn: int) -> None:
-        schemas = cell.toolset.schemas()
-        prompts, requests = [], []
-        for c in convs:
-            wire, template_tools = cell.fmt.prepare(c.messages, schemas,
-                                                    cell.backend.template_supports_tools)
-            prompts.append(cell.backend.render(wire, template_tools))
-            # The backend-independent form of the prompt, which replay looks replies up by.
-            requests.append(request_key(wire, template_tools))
-        generations = self._generate(cell.backend, prompts, cell.generation)
-        for c, prompt, request, gen in zip(convs, prompts, requests, generations):
-            self._advance(cell, c, turn, prompt, request, gen)
 
     def _advance(self, cell: CellRuntime, c: _Conversation, turn: int, prompt: str,
                  request: str, gen: Generation) -> None:

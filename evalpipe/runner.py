@@ -120,7 +120,7 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
         corpus = Corpus(chunk_corpus(docs, config.chunking["size"], config.chunking["overlap"]),
                         corpus_version(docs))
     cache = GenerationCache() if use_cache else None
-    engine = engine or Engine(cache.generate if cache else None)
+    engine = engine or Engine(cache.session if cache else None)
     if rank > 0:  # a helper rank: its share of every cell into its own part, no manifest
         _run_rank(config, store, run_id, rank, world, token, cells, corpus, engine,
                   resumed=manifest is not None)
@@ -216,7 +216,7 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
             with tqdm(total=len(mine), initial=len(mine) - len(todo[cell.id]), desc=cell.id,
                       unit="q", dynamic_ncols=True, disable=not progress) as bar:
                 for samples in engine.run(runtime, todo[cell.id], run_id,
-                                          group_size=max(64, 4 * config.generation.batch_size),
+                                          window=max(64, 4 * config.generation.batch_size),
                                           progress=bar.update):
                     write([s.to_dict() for s in samples])
                     count += len(samples)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from evalpipe.backends.base import GenerationSettings
+from evalpipe.backends.base import GenerationSession, GenerationSettings
 from evalpipe.engine import CellRuntime, Engine
 from evalpipe.formats import get_format
 from evalpipe.questions import Question
@@ -32,9 +32,13 @@ def cell_for(backend, toolset="calculator", max_turns=5, retrieve=None):
                        max_turns=max_turns, retrieve=retrieve)
 
 
+def run_all(cell, questions, **kw):
+    return [s for ended in Engine().run(cell, questions, "run", **kw) for s in ended]
+
+
 def run_one(backend, **kw):
-    (samples,) = list(Engine().run(cell_for(backend, **kw), [Q], "run"))
-    return samples[0]
+    (sample,) = run_all(cell_for(backend, **kw), [Q])
+    return sample
 
 
 def test_multi_turn_plan_feeds_tool_results_back():
@@ -100,14 +104,57 @@ def test_prepend_retrieval_puts_chunks_in_the_system_prompt():
     assert sample.retrieved[0]["source"] == "prepend" and sample.retrieved[0]["doc"] == "a.md"
 
 
-def test_batches_advance_together_and_finished_rows_drop_out():
+def test_finished_conversations_drop_out_and_samples_keep_question_order():
     backend = ScriptedBackend(lambda p: call("add", a=1, b=2) if TOOL_RESULT not in p
                               and "12 + 30" in p else "3")
     other = Question(id="c1", suite="control", question="Say hi", answer="hi")
-    (samples,) = list(Engine().run(cell_for(backend), [Q, other], "run"))
-    assert [s.question_id for s in samples] == ["p1", "c1"]
-    assert len(samples[0].turns) == 2 and len(samples[1].turns) == 1
+    ended = list(Engine().run(cell_for(backend), [Q, other], "run"))
+    # c1 ended first, but p1 comes first in the questions: both come out once p1 ends
+    assert [[s.question_id for s in group] for group in ended] == [["p1", "c1"]]
+    assert len(ended[0][0].turns) == 2 and len(ended[0][1].turns) == 1
     assert backend.calls == 3  # 2 prompts in turn 0, only the unfinished one in turn 1
+
+
+class OneAtATime(GenerationSession):
+    """A session that returns one reply per poll, oldest first, and logs what it sees."""
+
+    log: list[str] = []
+
+    def poll(self):
+        key, prompt = self.queue.pop(0)
+        self.log.append(f"reply {key} turn {prompt.count(TOOL_RESULT)}")
+        return [(key, self.backend.generate([prompt], self.settings)[0])]
+
+
+def test_a_next_turn_does_not_wait_for_other_conversations():
+    backend = ScriptedBackend(lambda p: call("add", a=1, b=2) if TOOL_RESULT not in p else "3")
+    OneAtATime.log = []
+    questions = [Question(id=f"q{i}", suite="control", question=f"Q{i}", answer="3")
+                 for i in range(3)]
+    samples = [s for ended in Engine(OneAtATime).run(cell_for(backend), questions, "run")
+               for s in ended]
+    assert sorted(s.question_id for s in samples) == ["q0", "q1", "q2"]
+    # q0's second turn was queued as soon as its first reply came back: it is answered
+    # right after the first turns of q1 and q2, ahead of their second turns.
+    assert OneAtATime.log == ["reply 0 turn 0", "reply 1 turn 0", "reply 2 turn 0",
+                              "reply 0 turn 1", "reply 1 turn 1", "reply 2 turn 1"]
+
+
+def test_window_bounds_the_open_conversations_and_refills():
+    most = 0
+
+    class Counting(GenerationSession):
+        def submit(self, key, prompt):  # each open conversation has one turn queued
+            nonlocal most
+            super().submit(key, prompt)
+            most = max(most, len(self.queue))
+
+    backend = ScriptedBackend(lambda p: "3")
+    questions = [Question(id=f"q{i}", suite="control", question=f"Q{i}", answer="3")
+                 for i in range(10)]
+    ended = list(Engine(Counting).run(cell_for(backend), questions, "run", window=4))
+    assert sorted(s.question_id for group in ended for s in group) == [f"q{i}" for i in range(10)]
+    assert most == 4 and len(ended) == 3  # 4 + 4 + 2, each group refilling the window
 
 
 def test_tiny_model_runs_through_the_real_backend(tiny_model_dir):
@@ -117,14 +164,15 @@ def test_tiny_model_runs_through_the_real_backend(tiny_model_dir):
     cell = cell_for(backend, max_turns=2)
     cell.generation = GenerationSettings(max_new_tokens=8, batch_size=2)
     qs = [Q, Question(id="c1", suite="control", question="Say hi", answer="hi")]
-    (samples,) = list(Engine().run(cell, qs, "run"))
+    samples = run_all(cell, qs)
     for s in samples:
         assert s.stop_reason in {"answered", "length", "turn_limit"}
         turn = s.turns[0]
         assert turn["prompt_tokens"] > 0 and 0 < turn["completion_tokens"] <= 8
         assert turn["prefill_ms"] > 0
-    again = list(Engine().run(cell, qs, "run"))[0]
-    assert [s.final_answer for s in again] == [s.final_answer for s in samples]  # greedy
+    again = run_all(cell, qs)
+    assert [(s.question_id, s.final_answer) for s in again] == \
+        [(s.question_id, s.final_answer) for s in samples]  # greedy: same replies, same order
 
 
 def test_progress_hears_of_each_conversation_as_it_ends():

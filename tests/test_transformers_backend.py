@@ -78,6 +78,46 @@ def test_loop_equals_generate(tiny_llama, prompts_and_eos, batch_size, reuse):
         assert gen.stats["reused_tokens"] == 0
 
 
+@pytest.mark.parametrize("batch_size", [2, 4, 16])
+def test_prompts_joining_a_running_batch_equal_generate(tiny_llama, prompts_and_eos, batch_size):
+    """An agent loop submits a turn while other rows are mid-reply: the late rows
+    (some sharing the session's prefix, some not) still get exactly generate's tokens."""
+    prompts, eos, refs = prompts_and_eos
+    rng = random.Random(1)
+    stranger = [rng.randrange(3, 96) for _ in range(25)]  # no shared prefix
+    late = [prompts[0] + refs[0] + [5, 6, 7], stranger, prompts[3] + [9]]
+    late_refs = [reference(tiny_llama, p, 20, eos) for p in late]
+    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    session = gen.session(max_new_tokens=20, batch_size=batch_size)
+    for i, prompt in enumerate(prompts[:6]):
+        session.submit(i, prompt)
+    results, steps = {}, 0
+    while session.pending:
+        for key, row in session.step():
+            results[key] = row
+        steps += 1
+        if steps in (2, 5, 9):  # while the first rows are still decoding
+            key = 100 + (2, 5, 9).index(steps)
+            session.submit(key, late[key - 100])
+    assert [results[i].tokens for i in range(6)] == refs[:6]
+    assert [results[100 + j].tokens for j in range(3)] == late_refs
+    assert gen.stats["reused_tokens"] > 0
+
+
+def test_session_step_returns_rows_as_they_end(tiny_llama, prompts_and_eos):
+    prompts, eos, refs = prompts_and_eos
+    session = BatchGenerator(tiny_llama, [eos], 0, PrefixStore()).session(
+        max_new_tokens=20, batch_size=16)
+    for i, prompt in enumerate(prompts):
+        session.submit(i, prompt)
+    order = []
+    while session.pending:
+        order += [key for key, _ in session.step()]
+    assert sorted(order) == list(range(len(prompts)))
+    lengths = [len(refs[i]) for i in order]
+    assert lengths == sorted(lengths)  # shorter replies come back first, not at the end
+
+
 def test_prefix_store_is_reused_and_extended(tiny_llama, prompts_and_eos):
     prompts, eos, _refs = prompts_and_eos
     store = PrefixStore()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
+from collections.abc import Hashable
 from typing import Any
 
 from evalpipe.records import Generation
@@ -44,6 +45,35 @@ class GenerationSettings:
         return asdict(self)
 
 
+class GenerationSession:
+    """Replies to prompts submitted over time, for an agent loop that submits a
+    conversation's next turn as soon as the last one is handled.
+
+    `poll` returns at least one (key, Generation) while anything is pending. This
+    default sends everything submitted since the last poll through one
+    `backend.generate` call; a backend that can add prompts to a running batch
+    overrides `Backend.session`.
+    """
+
+    def __init__(self, backend: "Backend", settings: GenerationSettings):
+        self.backend, self.settings = backend, settings
+        self.queue: list[tuple[Hashable, str]] = []
+
+    @property
+    def pending(self) -> int:
+        return len(self.queue)
+
+    def submit(self, key: Hashable, prompt: str) -> None:
+        self.queue.append((key, prompt))
+
+    def poll(self) -> list[tuple[Hashable, Generation]]:
+        batch, self.queue = self.queue, []
+        if not batch:
+            return []
+        gens = self.backend.generate([prompt for _, prompt in batch], self.settings)
+        return [(key, gen) for (key, _), gen in zip(batch, gens)]
+
+
 class Backend(ABC):
     model_id: str = ""
 
@@ -60,6 +90,10 @@ class Backend(ABC):
                  progress=None) -> list[Generation]:
         """One reply per prompt, in order. Failures come back as Generations with
         finish_reason 'error', never as exceptions for the whole batch."""
+
+    def session(self, settings: GenerationSettings) -> GenerationSession:
+        """A session that prompts can be submitted to one at a time."""
+        return GenerationSession(self, settings)
 
     def describe(self) -> dict[str, Any]:
         """Facts for the manifest and the cell fingerprint."""

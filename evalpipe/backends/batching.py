@@ -380,115 +380,188 @@ class BatchGenerator:
                       pick(old.last if old else None, new.last if new else None), rows)
 
     # -- the loop ----------------------------------------------------------------------------
-    @torch.inference_mode()
+    def session(self, *, max_new_tokens: int, batch_size: int, temperature: float = 0.0,
+                top_p: float = 1.0, seed: int = 0, prefix_reuse: bool = True) -> DecodeSession:
+        """A running batch that prompts can join at any time (see `DecodeSession`)."""
+        self.temperature, self.top_p = temperature, top_p
+        return DecodeSession(self, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                             seed=seed, prefix_reuse=prefix_reuse)
+
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, batch_size: int,
                  temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
                  prefix_reuse: bool = True, progress: Callable[[int], None] | None = None
                  ) -> list[RowResult]:
-        self.temperature, self.top_p = temperature, top_p
-        call_start = time.perf_counter()
-        rows = [_Row(i, list(p)) for i, p in enumerate(prompts)]
-        if temperature > 0:
-            for r in rows:  # a row's samples depend on its prompt and the seed, not its batch
-                h = hashlib.sha256(f"{seed}:{r.prompt}".encode()).digest()
-                r.rng = torch.Generator(device=self.device)
-                r.rng.manual_seed(int.from_bytes(h[:8], "little") & ((1 << 63) - 1))
-        results: list[RowResult | None] = [None] * len(rows)
-        if not rows:
-            return []
-        if max_new_tokens <= 0:
-            return [RowResult([], False, len(r.prompt), 0.0, 0.0) for r in rows]
-        waiting = sorted(rows, key=lambda r: len(r.prompt))  # similar lengths batch together
-        prefix: list[int] = []
-        prefix_kv = None
-        if prefix_reuse and len(rows) >= 1:
-            prefix = common_prefix([r.prompt for r in rows])
-            prefix = prefix[: min(len(r.prompt) for r in rows) - 1]  # every row prefills >= 1 token
-            if len(prefix) >= MIN_PREFIX:
-                prefix_kv = self._prefix_kv(prefix)
-            else:
-                prefix = []
-        cap = self.pick_batch_size(batch_size, max(len(r.prompt) for r in rows), max_new_tokens)
-        self.last_batch_size = cap
-        refill_at = max(1, cap // 4)
-        state: _State | None = None
-        eos = self.eos.to(self.device)
-        first_wave = True
-
-        def finish(r: _Row) -> None:
-            r.done, r.ended = True, time.perf_counter()
-            results[r.index] = RowResult(r.out, r.stopped, len(r.prompt),
-                                         (r.first - r.admitted) * 1000, (r.ended - r.first) * 1000)
-            if progress is not None:
-                progress(1)
-
-        def take(state: _State, tokens: torch.Tensor) -> list[int]:
-            """Append chosen tokens; indices of rows still running."""
-            alive = []
-            is_eos = torch.isin(tokens, eos).tolist()
-            for i, (r, t, e) in enumerate(zip(state.rows, tokens.tolist(), is_eos)):
-                if e:
-                    r.stopped = True
-                    finish(r)
-                    continue
-                r.out.append(t)
-                if len(r.out) >= max_new_tokens:
-                    finish(r)
-                else:
-                    alive.append(i)
-            return alive
-
-        try:
-            alive: list[int] = []
-            while waiting or (state is not None and alive):
-                n_alive = len(alive) if state is not None else 0
-                free = cap - n_alive
-                new_state = None
-                if waiting and (free >= refill_at or n_alive == 0):
-                    batch, waiting = waiting[:free], waiting[free:]
-                    t0 = call_start if first_wave else time.perf_counter()
-                    first_wave = False
-                    for r in batch:
-                        r.admitted = t0
-                    new_state = self._prefill(batch, prefix_kv, len(prefix), max_new_tokens)
-                    new_alive = take(new_state, new_state.last)
-                    if len(new_alive) < len(batch):
-                        new_state = self._merge(None, [], _select(new_state, new_alive), GROW) \
-                            if new_alive else None
-                dead = (len(state.rows) - len(alive)) if state is not None else 0
-                if new_state is not None and (state is None or not alive):
-                    state, new_state = new_state, None  # nothing to merge with: no copy
-                    alive = list(range(len(state.rows)))
-                elif new_state is not None or (state is not None and dead and
-                                             (dead * 4 >= len(state.rows) or not waiting)):
-                    state = self._merge(state, alive, new_state, min(max_new_tokens, GROW))
-                    alive = list(range(len(state.rows))) if state is not None else []
-                if state is None or not alive:
-                    continue
-                # one decode step for every row in the batch (finished rows not yet dropped
-                # ride along and are ignored)
-                mask = torch.cat([state.mask, torch.ones((len(state.rows), 1), dtype=torch.long,
-                                                         device=self.device)], dim=1)
-                logits = self._forward(state.layers, state.last[:, None], mask, state.pos[:, None])
-                self.stats["decode_steps"] += 1
-                state.mask, state.pos = mask, state.pos + 1
-                chosen = self._choose(logits, state.rows)
-                state.last = chosen
-                still = take(_Subset(state, alive), chosen[alive])
-                alive = [alive[i] for i in still]
-        except (RuntimeError, ValueError) as exc:  # e.g. out of memory: unfinished rows fail
-            message = f"{type(exc).__name__}: {exc}"
-            for r in rows:
-                if results[r.index] is None:
-                    results[r.index] = RowResult([], False, len(r.prompt), 0.0, 0.0, message)
+        """One result per prompt, in order: all prompts submitted at once, then run dry."""
+        session = self.session(max_new_tokens=max_new_tokens, batch_size=batch_size,
+                               temperature=temperature, top_p=top_p, seed=seed,
+                               prefix_reuse=prefix_reuse)
+        for i, prompt in enumerate(prompts):
+            session.submit(i, prompt)
+        results: list[RowResult | None] = [None] * len(prompts)
+        while session.pending:
+            for key, row in session.step():
+                results[key] = row
+                if progress is not None:
+                    progress(1)
         return results  # type: ignore[return-value]
 
 
-class _Subset:
-    """The rows of a state at some indices, for `take`."""
+class DecodeSession:
+    """A batch that keeps decoding while prompts come and go.
 
-    def __init__(self, state: _State, idx: list[int]):
-        self.rows = [state.rows[i] for i in idx]
+    `submit` queues a prompt under a caller's key; each `step` admits waiting
+    prompts when a quarter of the slots are free (shortest first, prefilled on
+    top of the shared prefix), runs one decode step for every running row, and
+    returns the rows that finished. An agent loop submits a conversation's next
+    turn as soon as its tool results are in, so the batch never waits for the
+    slowest conversation of a turn.
+
+    The shared prefix is the longest common token prefix of the prompts waiting
+    at the first step; a later prompt that does not start with it is prefilled
+    whole.
+    """
+
+    def __init__(self, gen: BatchGenerator, *, max_new_tokens: int, batch_size: int, seed: int,
+                 prefix_reuse: bool):
+        self.gen, self.max_new, self.batch_size = gen, max_new_tokens, batch_size
+        self.seed, self.prefix_reuse = seed, prefix_reuse
+        self.started = time.perf_counter()
+        self.waiting: list[_Row] = []
+        self.state: _State | None = None
+        self.alive: list[int] = []  # indices into state.rows of the rows still decoding
+        self.finished: list[tuple[object, RowResult]] = []
+        self.prefix: list[int] | None = None  # decided at the first admission
+        self.prefix_kv = None
+        self.first_wave = True
+        self.eos = gen.eos.to(gen.device)
+
+    @property
+    def pending(self) -> int:
+        """Prompts submitted whose results have not been returned by `step` yet."""
+        running = len(self.alive) if self.state is not None else 0
+        return len(self.waiting) + running + len(self.finished)
+
+    def submit(self, key, prompt: list[int]) -> None:
+        row = _Row(key, list(prompt))
+        if self.max_new <= 0:
+            self.finished.append((key, RowResult([], False, len(row.prompt), 0.0, 0.0)))
+            return
+        if self.gen.temperature > 0:  # a row's samples depend on its prompt and the seed only
+            h = hashlib.sha256(f"{self.seed}:{row.prompt}".encode()).digest()
+            row.rng = torch.Generator(device=self.gen.device)
+            row.rng.manual_seed(int.from_bytes(h[:8], "little") & ((1 << 63) - 1))
+        self.waiting.append(row)
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[object, RowResult]]:
+        """Admit, decode one token for every running row; the (key, result) of rows that ended."""
+        try:
+            self._step()
+        except (RuntimeError, ValueError) as exc:  # e.g. out of memory: unfinished rows fail
+            message = f"{type(exc).__name__}: {exc}"
+            running = [self.state.rows[i] for i in self.alive] if self.state is not None else []
+            for r in running + self.waiting:
+                self.finished.append((r.index, RowResult([], False, len(r.prompt), 0.0, 0.0,
+                                                         message)))
+            self.waiting, self.state, self.alive = [], None, []
+        out, self.finished = self.finished, []
+        return out
+
+    # -- internals ---------------------------------------------------------------------------
+    def _finish(self, r: _Row) -> None:
+        r.done, r.ended = True, time.perf_counter()
+        self.finished.append((r.index, RowResult(r.out, r.stopped, len(r.prompt),
+                                                 (r.first - r.admitted) * 1000,
+                                                 (r.ended - r.first) * 1000)))
+
+    def _take(self, rows: list[_Row], tokens: torch.Tensor) -> list[int]:
+        """Append the chosen tokens to `rows`; the indices of those still running."""
+        alive = []
+        for i, (r, t, e) in enumerate(zip(rows, tokens.tolist(),
+                                          torch.isin(tokens, self.eos).tolist())):
+            if e:
+                r.stopped = True
+                self._finish(r)
+                continue
+            r.out.append(t)
+            if len(r.out) >= self.max_new:
+                self._finish(r)
+            else:
+                alive.append(i)
+        return alive
+
+    def _decide_prefix(self) -> None:
+        self.prefix = []
+        if not self.prefix_reuse:
+            return
+        prompts = [r.prompt for r in self.waiting]
+        prefix = common_prefix(prompts)[: min(len(p) for p in prompts) - 1]  # each prefills >= 1
+        if len(prefix) >= MIN_PREFIX:
+            self.prefix, self.prefix_kv = prefix, self.gen._prefix_kv(prefix)
+
+    def _has_prefix(self, r: _Row) -> bool:
+        n = len(self.prefix)
+        return 0 < n < len(r.prompt) and r.prompt[:n] == self.prefix
+
+    def _admit(self, batch: list[_Row]) -> _State | None:
+        """Prefill `batch` (on the shared prefix where it applies): a state of the rows
+        that did not end on their first token."""
+        t0 = self.started if self.first_wave else time.perf_counter()
+        self.first_wave = False
+        for r in batch:
+            r.admitted = t0
+        parts = []
+        for group, plen in (([r for r in batch if self._has_prefix(r)], len(self.prefix)),
+                            ([r for r in batch if not self._has_prefix(r)], 0)):
+            if group:
+                state = self.gen._prefill(group, self.prefix_kv, plen, self.max_new)
+                keep = self._take(state.rows, state.last)
+                if keep:
+                    parts.append((state, keep))
+        if not parts:
+            return None
+        (a, keep_a), rest = parts[0], parts[1:]
+        if not rest and len(keep_a) == len(a.rows):
+            return a
+        b = _select(*rest[0]) if rest else None
+        return self.gen._merge(a, keep_a, b, GROW)
+
+    def _step(self) -> None:
+        gen = self.gen
+        if self.prefix is None and self.waiting:
+            self._decide_prefix()
+        n_alive = len(self.alive) if self.state is not None else 0
+        new_state = None
+        if self.waiting:
+            self.waiting.sort(key=lambda r: len(r.prompt))  # similar lengths prefill together
+            cap = gen.pick_batch_size(self.batch_size, len(self.waiting[-1].prompt), self.max_new)
+            gen.last_batch_size = cap
+            free = cap - n_alive
+            if free >= max(1, cap // 4) or n_alive == 0:
+                batch, self.waiting = self.waiting[:free], self.waiting[free:]
+                new_state = self._admit(batch)
+        state, alive = self.state, self.alive
+        dead = (len(state.rows) - len(alive)) if state is not None else 0
+        if new_state is not None and (state is None or not alive):
+            state, alive = new_state, list(range(len(new_state.rows)))  # nothing to merge: no copy
+        elif new_state is not None or (state is not None and dead and
+                                       (dead * 4 >= len(state.rows) or not self.waiting)):
+            state = gen._merge(state, alive, new_state, min(self.max_new, GROW))
+            alive = list(range(len(state.rows))) if state is not None else []
+        self.state, self.alive = state, alive
+        if state is None or not alive:
+            return
+        # One decode step for every row in the batch (finished rows not yet dropped ride
+        # along and are ignored).
+        mask = torch.cat([state.mask, torch.ones((len(state.rows), 1), dtype=torch.long,
+                                                 device=gen.device)], dim=1)
+        logits = gen._forward(state.layers, state.last[:, None], mask, state.pos[:, None])
+        gen.stats["decode_steps"] += 1
+        state.mask, state.pos = mask, state.pos + 1
+        chosen = gen._choose(logits, state.rows)
+        state.last = chosen
+        still = self._take([state.rows[i] for i in alive], chosen[alive])
+        self.alive = [alive[i] for i in still]
 
 
 def _select(state: _State, keep: list[int]) -> _State:

@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from evalpipe.backends import batching
-from evalpipe.backends.base import PLAIN_TEMPLATE, Backend, GenerationSettings, cut_plain_turn
+from evalpipe.backends.base import (PLAIN_TEMPLATE, Backend, GenerationSession, GenerationSettings,
+                                    cut_plain_turn)
 from evalpipe.backends.models import ALIASES, resolve_model
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.records import Generation
@@ -124,37 +125,44 @@ class TransformersBackend(Backend):
             messages, tools=tools, add_generation_prompt=True, tokenize=False)
 
     def generate(self, prompts, settings: GenerationSettings, progress=None):
-        gens = self._generate(prompts, settings, progress)
-        if self.plain_template:
-            for gen in gens:
-                text = cut_plain_turn(gen.text)
-                if text != gen.text:
-                    gen.text, gen.finish_reason = text, "stop"
-        return gens
-
-    def _generate(self, prompts, settings: GenerationSettings, progress=None):
         if not prompts:
             return []
         if self.generation == "hf":
-            return self._generate_hf(prompts, settings, progress)
-        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        rows = self.batcher.generate(
-            ids, max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
-            temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed,
-            prefix_reuse=self.prefix_reuse, progress=progress)
-        out = []
-        for row in rows:
-            if row.error:
-                out.append(Generation("", prompt_tokens=row.prompt_tokens, finish_reason="error",
-                                      error=row.error))
-                continue
-            out.append(Generation(
-                text=self.tokenizer.decode(row.tokens, skip_special_tokens=True),
-                prompt_tokens=row.prompt_tokens,
-                completion_tokens=len(row.tokens) + row.stopped,
-                prefill_ms=row.prefill_ms, decode_ms=row.decode_ms,
-                finish_reason="stop" if row.stopped else "length"))
+            return [self._cut(gen) for gen in self._generate_hf(prompts, settings, progress)]
+        session = self.session(settings)
+        for i, prompt in enumerate(prompts):
+            session.submit(i, prompt)
+        out: list[Generation | None] = [None] * len(prompts)
+        while session.pending:
+            for i, gen in session.poll():
+                out[i] = gen
+                if progress is not None:
+                    progress(1)
         return out
+
+    def session(self, settings: GenerationSettings) -> GenerationSession:
+        if self.generation == "hf":
+            return GenerationSession(self, settings)
+        return _LoopSession(self, settings)
+
+    def _cut(self, gen: Generation) -> Generation:
+        """A base model on the plain template writes the next turns itself: keep its own."""
+        if self.plain_template:
+            text = cut_plain_turn(gen.text)
+            if text != gen.text:
+                gen.text, gen.finish_reason = text, "stop"
+        return gen
+
+    def _generation(self, row: batching.RowResult) -> Generation:
+        if row.error:
+            return Generation("", prompt_tokens=row.prompt_tokens, finish_reason="error",
+                              error=row.error)
+        return self._cut(Generation(
+            text=self.tokenizer.decode(row.tokens, skip_special_tokens=True),
+            prompt_tokens=row.prompt_tokens,
+            completion_tokens=len(row.tokens) + row.stopped,
+            prefill_ms=row.prefill_ms, decode_ms=row.decode_ms,
+            finish_reason="stop" if row.stopped else "length"))
 
     @torch.inference_mode()
     def _generate_hf(self, prompts, settings: GenerationSettings, progress=None):
@@ -206,3 +214,28 @@ class TransformersBackend(Backend):
                 finish_reason="length" if stop is None else "stop",
             ))
         return gens
+
+
+class _LoopSession(GenerationSession):
+    """Prompts join the running batch of the decode loop as they are submitted."""
+
+    def __init__(self, backend: TransformersBackend, settings: GenerationSettings):
+        super().__init__(backend, settings)
+        self.decoder = backend.batcher.session(
+            max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+            temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed,
+            prefix_reuse=backend.prefix_reuse)
+
+    @property
+    def pending(self) -> int:
+        return self.decoder.pending
+
+    def submit(self, key, prompt: str) -> None:
+        self.decoder.submit(key, self.backend.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+
+    def poll(self):
+        while self.decoder.pending:
+            done = self.decoder.step()
+            if done:
+                return [(key, self.backend._generation(row)) for key, row in done]
+        return []
