@@ -1,9 +1,9 @@
 """evalpipe's engine vs llama-cpp-python on the same GGUF file, one request at a time.
 
-    python bench/bench_llamacpp.py [--n 16] [--threads 1]
+    python bench/bench_llamacpp.py [--n 16] [--dtype float32] [--threads 1]
 
 Both sides run the embedded SmolLM2-135M-Instruct: evalpipe on the dequantised
-copy (float32, batched engine), llama.cpp on the Q4_1 GGUF it came from
+copy (bfloat16 by default, batched engine), llama.cpp on the Q4_1 GGUF it came from
 (create_chat_completion, greedy, one request at a time, the same hermes prompt
 and calculator tools, the same agent loop). Prints questions/second of each
 and the ratio. When llama-cpp-python is not installed, says so and exits 0.
@@ -12,6 +12,7 @@ and the ratio. When llama-cpp-python is not installed, says so and exits 0.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -37,8 +38,11 @@ def run_llamacpp(llm, runtime, questions, max_new_tokens: int) -> tuple[float, d
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="threads for both torch and llama.cpp (1: the machine is shared)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for both torch and llama.cpp (default: one per core)")
+    ap.add_argument("--dtype", default="bfloat16",
+                    help="evalpipe's weights (llama.cpp runs its 4-bit Q4_1 file either way)")
+    ap.add_argument("--batch-size", type=int, default=64, help="the engine's batch cap")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     args = ap.parse_args(argv)
     try:
@@ -53,13 +57,14 @@ def main(argv=None) -> int:
     from evalpipe.backends import load_backend
     from evalpipe.backends.models import ALIASES, _fetch_gguf
 
-    torch.set_num_threads(args.threads)
+    threads = args.threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
     gguf = _fetch_gguf(ALIASES["smollm2-135m"])
-    llm = Llama(model_path=str(gguf), n_ctx=4096, n_threads=args.threads,
-                n_threads_batch=args.threads, n_batch=512, verbose=False, seed=0)
-    backend = load_backend({"id": "smollm2-135m", "dtype": "float32"})
+    llm = Llama(model_path=str(gguf), n_ctx=4096, n_threads=threads,
+                n_threads_batch=threads, n_batch=512, verbose=False, seed=0)
+    backend = load_backend({"id": "smollm2-135m", "dtype": args.dtype})
     questions = bench_questions(args.n)
-    runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens)
+    runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     # Warm-up on both sides.
     run_engine(make_runtime(backend, max_new_tokens=4), questions[:2])
     run_llamacpp(llm, runtime, questions[:1], 4)
@@ -70,9 +75,10 @@ def main(argv=None) -> int:
     n = len(questions)
     same = sum(engine_answers[q.id] == cpp_answers[q.id] for q in questions)
     print(f"questions: {n} (hermes, calculator, max_new_tokens={args.max_new_tokens}); "
-          f"threads {args.threads} on each side; GGUF {gguf.name}")
-    print(f"evalpipe engine (float32, batched): {engine_s:8.1f} s  {n / engine_s:6.3f} q/s")
-    print(f"llama.cpp (Q4_1, one at a time)   : {cpp_s:8.1f} s  {n / cpp_s:6.3f} q/s")
+          f"threads {threads} on each side; GGUF {gguf.name}")
+    for label, seconds in ((f"evalpipe engine ({args.dtype}, batch cap {args.batch_size})", engine_s),
+                           ("llama.cpp (Q4_1, one request at a time)", cpp_s)):
+        print(f"{label:<42}: {seconds:8.1f} s  {n / seconds:6.3f} q/s")
     print(f"questions/second ratio: {cpp_s / engine_s:.2f}x  (target >= 2x)")
     print(f"identical final answers: {same}/{n} (different weights: Q4_1 vs its dequantised "
           "copy, so not expected to be equal)")

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from evalpipe.backends import prefix_attention
+
 GROW = 64  # spare columns added whenever a layer buffer has to grow
 MIN_PREFIX = 16  # shorter common prefixes are not worth a stored cache
 
@@ -125,11 +127,14 @@ def _regrow(buf: torch.Tensor, used: int, capacity: int) -> torch.Tensor:
 
 
 class _State:
-    """The running batch: per-layer buffers, the attention mask, next positions."""
+    """The running batch: per-layer buffers, the attention mask, next positions, and
+    the shared prefix its rows attend to without holding a copy (`shared` marks which
+    rows start with it)."""
 
     def __init__(self, layers, mask: torch.Tensor, pos: torch.Tensor, last: torch.Tensor,
-                 rows: list[_Row]):
+                 rows: list[_Row], shared: torch.Tensor, prefix_kv=None):
         self.layers, self.mask, self.pos, self.last, self.rows = layers, mask, pos, last, rows
+        self.shared, self.prefix_kv = shared, prefix_kv
 
     @property
     def length(self) -> int:
@@ -214,6 +219,8 @@ class BatchGenerator:
         self.intermediate = getattr(cfg, "intermediate_size", 4 * cfg.hidden_size)
         self.vocab = cfg.vocab_size
         self.last_batch_size = 0
+        # Rows attend to the shared prefix without a copy of it where the model allows.
+        self.shared_attention = supported(model) and prefix_attention.install(model)
         self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_steps": 0}
 
     # -- sizes -------------------------------------------------------------------------------
@@ -240,10 +247,14 @@ class BatchGenerator:
         return int(max(1, min(cap, budget // max(per_row, 1))))
 
     # -- model calls -------------------------------------------------------------------------
-    def _forward(self, layers, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor):
+    def _forward(self, layers, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+                 state: _State | None = None):
         cache = self.Cache(layers=layers)
+        extra = {}
+        if state is not None and state.prefix_kv is not None and bool(state.shared.any()):
+            extra["shared_prefix"] = prefix_attention.SharedPrefix(state.prefix_kv, state.shared)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                         use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
+                         use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}, **extra)
         return out.logits[:, -1, :].float()
 
     def _empty_layers(self, rows: int, capacity: int):
@@ -294,18 +305,25 @@ class BatchGenerator:
             ids[i, width - len(s):] = torch.tensor(s)
             smask[i, width - len(s):] = 1
         ids, smask = ids.to(self.device), smask.to(self.device)
-        pmask = torch.ones((n, prefix_len), dtype=torch.long, device=self.device)
-        mask = torch.cat([pmask, smask], dim=1)
         pos = prefix_len + smask.cumsum(-1) - 1
         pos.masked_fill_(smask == 0, 1)
-        layers = self._empty_layers(n, prefix_len + width + min(max_new, GROW))
-        if prefix_len:
+        shared = torch.full((n,), bool(prefix_len), dtype=torch.bool, device=self.device)
+        if prefix_len and self.shared_attention:  # attended in place, never copied
+            state = _State(None, smask, None, None, rows, shared, prefix_kv)
+            mask, copied = smask, 0
+        else:  # the model's own attention: every row holds a copy of the prefix
+            state = None
+            pmask = torch.ones((n, prefix_len), dtype=torch.long, device=self.device)
+            mask, copied = torch.cat([pmask, smask], dim=1), prefix_len
+            shared = torch.zeros_like(shared)
+        layers = self._empty_layers(n, copied + width + min(max_new, GROW))
+        if copied:
             for layer, (k, v) in zip(layers, prefix_kv):
-                layer.buf_k[:, :, :prefix_len] = k
-                layer.buf_v[:, :, :prefix_len] = v
-                layer.length = prefix_len
+                layer.buf_k[:, :, :copied] = k
+                layer.buf_v[:, :, :copied] = v
+                layer.length = copied
                 layer._view()
-        logits = self._forward(layers, ids, mask, pos)
+        logits = self._forward(layers, ids, mask, pos, state)
         self.stats["prefilled_tokens"] += int(smask.sum())
         self.stats["reused_tokens"] += prefix_len * n
         last = self._choose(logits, rows)
@@ -314,7 +332,8 @@ class BatchGenerator:
             r.first = now
         next_pos = torch.tensor([len(r.prompt) for r in rows], dtype=torch.long,
                                 device=self.device)
-        return _State(layers, mask, next_pos, last, rows)
+        return _State(layers, mask, next_pos, last, rows, shared,
+                      prefix_kv if bool(shared.any()) else None)
 
     def _choose(self, logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
         if self.temperature <= 0:
@@ -329,20 +348,15 @@ class BatchGenerator:
         return torch.cat([torch.multinomial(probs[i], 1, generator=r.rng)
                           for i, r in enumerate(rows)])
 
-    def _merge(self, old: _State | None, keep: list[int], new: _State | None, headroom: int
-               ) -> _State | None:
-        """One state holding rows `keep` of `old` and all rows of `new`; columns that are
-        padding in every row are cut off the left."""
-        parts = []
-        if old is not None and keep:
-            parts.append((old, torch.tensor(keep, device=self.device)))
-        if new is not None:
-            parts.append((new, None))
+    def _merge(self, parts: list[tuple[_State, list[int]]], headroom: int) -> _State | None:
+        """One state holding the kept rows of each part, in order; columns that are
+        padding in every row of a part are cut off its left."""
+        parts = [(state, torch.tensor(keep, device=self.device)) for state, keep in parts if keep]
         if not parts:
             return None
         spans = []
         for state, idx in parts:
-            mask = state.mask if idx is None else state.mask.index_select(0, idx)
+            mask = state.mask.index_select(0, idx)
             real = mask.any(dim=0).nonzero()
             lo = int(real[0]) if len(real) else state.length
             spans.append((lo, state.length, mask))
@@ -356,28 +370,20 @@ class BatchGenerator:
             mask[r0: r0 + n, length - w:] = m[:, lo:hi]
             for li, layer in enumerate(layers):
                 k, v = state.kv(li)
-                if idx is not None:
-                    k, v = k.index_select(0, idx), v.index_select(0, idx)
-                layer.buf_k[r0: r0 + n, :, length - w: length] = k[:, :, lo:hi]
-                layer.buf_v[r0: r0 + n, :, length - w: length] = v[:, :, lo:hi]
+                layer.buf_k[r0: r0 + n, :, length - w: length] = k.index_select(0, idx)[:, :, lo:hi]
+                layer.buf_v[r0: r0 + n, :, length - w: length] = v.index_select(0, idx)[:, :, lo:hi]
             r0 += n
         for layer in layers:
             layer.length = length
             layer._view()
 
-        def pick(t_old, t_new):
-            ts = []
-            if old is not None and keep:
-                ts.append(t_old.index_select(0, parts[0][1]))
-            if new is not None:
-                ts.append(t_new)
-            return torch.cat(ts)
+        def pick(name: str) -> torch.Tensor:
+            return torch.cat([getattr(state, name).index_select(0, idx) for state, idx in parts])
 
-        rows = ([old.rows[i] for i in keep] if old is not None else []) + \
-            (new.rows if new is not None else [])
-        return _State(layers, mask,
-                      pick(old.pos if old else None, new.pos if new else None),
-                      pick(old.last if old else None, new.last if new else None), rows)
+        rows = [state.rows[i] for state, idx in parts for i in idx.tolist()]
+        prefix_kvs = [state.prefix_kv for state, _ in parts if state.prefix_kv is not None]
+        return _State(layers, mask, pick("pos"), pick("last"), rows, pick("shared"),
+                      prefix_kvs[0] if prefix_kvs else None)
 
     # -- the loop ----------------------------------------------------------------------------
     def session(self, *, max_new_tokens: int, batch_size: int, temperature: float = 0.0,
@@ -513,18 +519,12 @@ class DecodeSession:
         parts = []
         for group, plen in (([r for r in batch if self._has_prefix(r)], len(self.prefix)),
                             ([r for r in batch if not self._has_prefix(r)], 0)):
-            if group:
-                state = self.gen._prefill(group, self.prefix_kv, plen, self.max_new)
-                keep = self._take(state.rows, state.last)
-                if keep:
-                    parts.append((state, keep))
-        if not parts:
-            return None
-        (a, keep_a), rest = parts[0], parts[1:]
-        if not rest and len(keep_a) == len(a.rows):
-            return a
-        b = _select(*rest[0]) if rest else None
-        return self.gen._merge(a, keep_a, b, GROW)
+            for chunk in _similar_lengths(group, plen):
+                state = self.gen._prefill(chunk, self.prefix_kv, plen, self.max_new)
+                parts.append((state, self._take(state.rows, state.last)))
+        if len(parts) == 1 and len(parts[0][1]) == len(parts[0][0].rows):
+            return parts[0][0]  # nothing to drop or join: no copy
+        return self.gen._merge(parts, GROW)
 
     def _step(self) -> None:
         gen = self.gen
@@ -544,10 +544,13 @@ class DecodeSession:
         dead = (len(state.rows) - len(alive)) if state is not None else 0
         if new_state is not None and (state is None or not alive):
             state, alive = new_state, list(range(len(new_state.rows)))  # nothing to merge: no copy
-        elif new_state is not None or (state is not None and dead and
-                                       (dead * 4 >= len(state.rows) or not self.waiting)):
-            state = gen._merge(state, alive, new_state, min(self.max_new, GROW))
-            alive = list(range(len(state.rows))) if state is not None else []
+        elif new_state is not None:
+            state = gen._merge([(state, alive), (new_state, list(range(len(new_state.rows))))],
+                               min(self.max_new, GROW))
+            alive = list(range(len(state.rows)))
+        elif state is not None and dead and (dead * 4 >= len(state.rows) or not self.waiting):
+            state = _compact(state, alive)
+            alive = list(range(len(state.rows)))
         self.state, self.alive = state, alive
         if state is None or not alive:
             return
@@ -555,7 +558,7 @@ class DecodeSession:
         # along and are ignored).
         mask = torch.cat([state.mask, torch.ones((len(state.rows), 1), dtype=torch.long,
                                                  device=gen.device)], dim=1)
-        logits = gen._forward(state.layers, state.last[:, None], mask, state.pos[:, None])
+        logits = gen._forward(state.layers, state.last[:, None], mask, state.pos[:, None], state)
         gen.stats["decode_steps"] += 1
         state.mask, state.pos = mask, state.pos + 1
         chosen = gen._choose(logits, state.rows)
@@ -564,18 +567,35 @@ class DecodeSession:
         self.alive = [alive[i] for i in still]
 
 
-def _select(state: _State, keep: list[int]) -> _State:
-    """A state view with only rows `keep` (no copy of the cache yet; `_merge` copies)."""
-    return _Keep(state, keep)
+def _similar_lengths(rows: list[_Row], skip: int, slack: float = 1.25) -> list[list[_Row]]:
+    """Rows (sorted by prompt length) cut into runs whose longest part to prefill (the
+    prompt past its first `skip` tokens) is at most `slack` times their shortest, so a
+    prefill pads little."""
+    runs: list[list[_Row]] = []
+    for r in rows:
+        if runs and len(r.prompt) - skip <= slack * (len(runs[-1][0].prompt) - skip):
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return runs
 
 
-class _Keep(_State):
-    def __init__(self, state: _State, keep: list[int]):
-        idx = torch.tensor(keep, device=state.mask.device)
-        self._state, self._idx = state, idx
-        super().__init__(state.layers, state.mask.index_select(0, idx), state.pos.index_select(0, idx),
-                         state.last.index_select(0, idx), [state.rows[i] for i in keep])
-
-    def kv(self, i: int):
-        k, v = self._state.kv(i)
-        return k.index_select(0, self._idx), v.index_select(0, self._idx)
+def _compact(state: _State, alive: list[int]) -> _State:
+    """Drop finished rows in place: live rows from the end move into the holes, so only
+    as many rows are copied as have finished, and nothing is allocated."""
+    n = len(alive)
+    holes = sorted(set(range(n)) - set(alive))
+    movers = [i for i in alive if i >= n]
+    order = list(range(n))
+    for hole, mover in zip(holes, movers):
+        order[hole] = mover
+        for layer in state.layers:
+            layer.buf_k[hole].copy_(layer.buf_k[mover])
+            layer.buf_v[hole].copy_(layer.buf_v[mover])
+    for layer in state.layers:
+        layer.buf_k, layer.buf_v = layer.buf_k[:n], layer.buf_v[:n]
+        layer._view()
+    idx = torch.tensor(order, device=state.mask.device)
+    return _State(state.layers, state.mask.index_select(0, idx), state.pos.index_select(0, idx),
+                  state.last.index_select(0, idx), [state.rows[i] for i in order],
+                  state.shared.index_select(0, idx), state.prefix_kv)

@@ -1,0 +1,126 @@
+"""Attention over a shared prompt prefix that is stored once, not once per row.
+
+In an eval cell every prompt starts with the same system prompt and tool
+definitions (about 480 tokens in hermes with the calculator tools). Copying
+their keys and values under every row of a 64-row batch makes each decode step
+read the prefix 64 times; on a CPU that memory traffic costs about as much as
+the weights. Here the batch's cache holds only each row's own tokens, and
+attention takes the prefix (one row, shared) as a separate block: the scores
+against the prefix and against the row's own tokens go through one softmax,
+so the result is the same attention, computed without the copies (the
+technique vLLM and FlashInfer call cascade or shared-prefix attention).
+
+`install(model)` registers the function under its own attention name and
+switches the model to it. Without a `shared_prefix` argument in the forward
+call it hands over to the model's previous attention function unchanged, so
+`model.generate` and every other caller behave exactly as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+NAME = "evalpipe_shared_prefix"
+
+
+@dataclass
+class SharedPrefix:
+    """The prefix's keys and values per layer ([1, kv_heads, P, head_dim] each) and
+    which rows of the batch start with it ([rows] bool)."""
+
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    rows: torch.Tensor
+
+
+def install(model) -> bool:
+    """Switch `model` to shared-prefix attention; False when its attention is not one
+    this can wrap (then nothing changes)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    config = model.config.get_text_config(decoder=True)
+    previous = getattr(config, "_attn_implementation", None)
+    if previous == NAME:
+        return True
+    if previous not in ("sdpa", "eager"):
+        return False
+    if previous == "eager":
+        from transformers.models.llama.modeling_llama import eager_attention_forward as fallback
+    else:
+        fallback = ALL_ATTENTION_FUNCTIONS[previous]
+
+    def attention(module, query, key, value, attention_mask, scaling=None, shared_prefix=None,
+                  **kwargs):
+        if shared_prefix is None:
+            return fallback(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+        if query.shape[2] > 1:  # prefill: the fused kernel wins; the copy lasts one layer
+            key, value, attention_mask = _with_prefix(key, value, attention_mask, shared_prefix,
+                                                      module.layer_idx, query.shape[2])
+            return fallback(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+        return _cascade(module, query, key, value, attention_mask, scaling, shared_prefix)
+
+    AttentionInterface.register(NAME, attention)
+    AttentionMaskInterface.register(NAME, ALL_MASK_ATTENTION_FUNCTIONS[previous])
+    for cfg in {id(model.config): model.config, id(config): config}.values():
+        cfg._attn_implementation = NAME
+    return True
+
+
+def _row_mask(mask, q_len: int, s_len: int, device) -> torch.Tensor:
+    """The rows' own-token mask as booleans [B or 1, 1, q, S] (None means causal only)."""
+    if mask is None:
+        causal = torch.ones(q_len, s_len, dtype=torch.bool, device=device).tril(s_len - q_len)
+        return causal[None, None]
+    mask = mask[:, :, -q_len:, -s_len:]
+    return mask if mask.dtype == torch.bool else mask == 0
+
+
+def _with_prefix(key, value, mask, prefix: SharedPrefix, layer: int, q_len: int):
+    """Keys, values and mask with the prefix columns put in front, for one layer."""
+    b, s_len = key.shape[0], key.shape[2]
+    pk, pv = prefix.kv[layer]
+    p_len = pk.shape[2]
+    key = torch.cat([pk.expand(b, -1, -1, -1), key], dim=2)
+    value = torch.cat([pv.expand(b, -1, -1, -1), value], dim=2)
+    own = _row_mask(mask, q_len, s_len, key.device).expand(b, 1, q_len, s_len)
+    shared = prefix.rows.view(b, 1, 1, 1).expand(b, 1, q_len, p_len)
+    return key, value, torch.cat([shared, own], dim=-1)
+
+
+def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
+    """Softmax over [prefix columns | row columns] for every query.
+
+    query [B, H, q, D]; key/value [B, KVH, S, D] (the rows' own tokens); mask: a
+    boolean [B, 1, q, S] (True = attend), a float mask, or None (causal only)."""
+    b, heads, q_len, dim = query.shape
+    kv_heads, s_len = key.shape[1], key.shape[2]
+    groups = heads // kv_heads
+    pk, pv = prefix.kv[module.layer_idx]
+    p_len = pk.shape[2]
+    scale = scaling if scaling is not None else dim ** -0.5
+    # Query heads h = kv_head * groups + g share key head kv_head (as repeat_kv pairs them).
+    qg = query.reshape(b, kv_heads, groups * q_len, dim)
+    # Prefix: every row's queries against the one stored prefix: [KVH, B*g*q, P].
+    qp = qg.transpose(0, 1).reshape(kv_heads, b * groups * q_len, dim)
+    scores_p = torch.matmul(qp, pk[0].transpose(-1, -2)) * scale
+    scores_p = scores_p.reshape(kv_heads, b, groups * q_len, p_len).transpose(0, 1)
+    scores_s = torch.matmul(qg, key.transpose(-1, -2)) * scale  # [B, KVH, g*q, S]
+    scores_s = scores_s.reshape(b, kv_heads, groups, q_len, s_len)
+    # The lowest finite value, not -inf: a padding query that may attend to nothing gets
+    # finite (ignored) output instead of NaN, which would spread through its cache entries.
+    low = torch.finfo(scores_s.dtype).min
+    scores_s = scores_s.masked_fill(~_row_mask(mask, q_len, s_len, query.device)[:, :, None], low)
+    scores_p = scores_p.reshape(b, kv_heads, groups, q_len, p_len)
+    scores_p = scores_p.masked_fill(~prefix.rows.view(b, 1, 1, 1, 1), low)
+    scores = torch.cat([scores_p, scores_s], dim=-1).float()
+    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+    probs_p, probs_s = probs[..., :p_len], probs[..., p_len:]
+    out_s = torch.matmul(probs_s.reshape(b, kv_heads, groups * q_len, s_len), value)
+    pp = probs_p.reshape(b, kv_heads, groups * q_len, p_len).transpose(0, 1)
+    out_p = torch.matmul(pp.reshape(kv_heads, b * groups * q_len, p_len), pv[0])
+    out_p = out_p.reshape(kv_heads, b, groups * q_len, dim).transpose(0, 1)
+    out = (out_s + out_p).reshape(b, kv_heads, groups, q_len, dim).reshape(b, heads, q_len, dim)
+    return out.transpose(1, 2).contiguous(), None
