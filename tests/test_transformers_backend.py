@@ -72,6 +72,7 @@ def test_loop_equals_generate(tiny_llama, prompts_and_eos, batch_size, reuse):
     assert [r.stopped for r in rows] == [len(r) < 20 for r in refs]
     assert all(r.prompt_tokens == len(p) for r, p in zip(rows, prompts))
     if reuse:
+        assert gen.shared_attention  # the prefix was attended in place, not copied per row
         assert gen.stats["reused_tokens"] > 0
         assert gen.stats["prefilled_tokens"] < sum(len(p) for p in prompts)
     else:

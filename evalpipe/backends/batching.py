@@ -1,29 +1,31 @@
 """Continuous batching for local decoder models, with shared-prefix reuse.
 
-`BatchGenerator.generate` takes token-id prompts and runs a manual decode
-loop instead of `model.generate`:
+`DecodeSession` (from `BatchGenerator.session`) is a manual decode loop that
+prompts can join while it runs; `BatchGenerator.generate` submits a list of
+prompts to one and runs it dry. Instead of `model.generate`:
 
-- prompts are admitted shortest first, up to `batch_size` rows at a time;
-- each row stops at its own end-of-sequence token; finished rows leave the
-  batch (their key/value rows are dropped, so compute shrinks) and waiting
-  prompts are prefilled and merged in, so one long answer does not hold the
-  rest back;
-- the longest common token prefix of the prompts (system prompt + tool
-  definitions in an eval cell) is prefilled once, kept in a small LRU store,
-  and copied under every row, so only each row's suffix is prefilled.
+- waiting prompts are admitted shortest first, up to `batch_size` rows, and
+  prefilled in runs of similar length;
+- each row stops at its own end-of-sequence token and is returned at once;
+  finished rows leave the batch in place (compute shrinks) and waiting prompts
+  are prefilled and merged in, so one long answer does not hold the rest back;
+- the longest common token prefix of the first prompts (system prompt + tool
+  definitions in an eval cell) is prefilled once and kept in a small LRU
+  store; rows attend to it in place (`prefix_attention`), so only each row's
+  own tokens are prefilled and cached per row.
 
 Layout of the key/value cache: one buffer per layer, [rows, kv_heads,
 capacity, head_dim], with spare columns so that a decode step writes in place
 instead of concatenating (`torch.cat` copies the whole cache every step).
-Rows are right-aligned: padding sits on the left of a row, or between the
-shared prefix and the row's suffix, and is masked out. Keys are cached after
-the rotary embedding, so moving columns does not change them; each row's
-positions come from its own count of real tokens, exactly as `generate`
-computes them from the attention mask.
+Rows are right-aligned: padding sits on the left of a row and is masked out.
+Keys are cached after the rotary embedding, so moving columns does not change
+them; each row's positions come from its own count of real tokens (prefix
+included), exactly as `generate` computes them from the attention mask.
 
 Only models whose cache layers are all plain full-attention layers take this
 path (`supported`); others (sliding-window, linear attention) fall back to
-`model.generate` in the backend.
+`model.generate` in the backend. Where the shared-prefix attention cannot be
+installed, the prefix is copied under every row instead.
 """
 
 from __future__ import annotations

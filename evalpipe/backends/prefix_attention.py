@@ -99,6 +99,10 @@ def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
     kv_heads, s_len = key.shape[1], key.shape[2]
     groups = heads // kv_heads
     pk, pv = prefix.kv[module.layer_idx]
+    # Scores and sums in float32 whatever the model's dtype, as the fused kernels keep
+    # them: bfloat16 scores (8-bit mantissa) drift visibly from float32 answers.
+    dtype = query.dtype
+    query, key, value, pk, pv = (t.float() for t in (query, key, value, pk, pv))
     p_len = pk.shape[2]
     scale = scaling if scaling is not None else dim ** -0.5
     # Query heads h = kv_head * groups + g share key head kv_head (as repeat_kv pairs them).
@@ -115,12 +119,11 @@ def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
     scores_s = scores_s.masked_fill(~_row_mask(mask, q_len, s_len, query.device)[:, :, None], low)
     scores_p = scores_p.reshape(b, kv_heads, groups, q_len, p_len)
     scores_p = scores_p.masked_fill(~prefix.rows.view(b, 1, 1, 1, 1), low)
-    scores = torch.cat([scores_p, scores_s], dim=-1).float()
-    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+    probs = torch.softmax(torch.cat([scores_p, scores_s], dim=-1), dim=-1)
     probs_p, probs_s = probs[..., :p_len], probs[..., p_len:]
     out_s = torch.matmul(probs_s.reshape(b, kv_heads, groups * q_len, s_len), value)
     pp = probs_p.reshape(b, kv_heads, groups * q_len, p_len).transpose(0, 1)
     out_p = torch.matmul(pp.reshape(kv_heads, b * groups * q_len, p_len), pv[0])
     out_p = out_p.reshape(kv_heads, b, groups * q_len, dim).transpose(0, 1)
     out = (out_s + out_p).reshape(b, kv_heads, groups, q_len, dim).reshape(b, heads, q_len, dim)
-    return out.transpose(1, 2).contiguous(), None
+    return out.transpose(1, 2).contiguous().to(dtype), None
