@@ -349,6 +349,29 @@ def test_concurrency_bounds_requests_in_flight_and_keeps_order(stub, concurrency
     assert sum(seen) == 12
 
 
+def test_a_session_sends_each_prompt_at_once_and_returns_replies_as_they_arrive(stub):
+    """A slow request does not hold back a fast one, and a prompt submitted while
+    others are in flight goes out at once (the agent loop's next turn)."""
+    def reply(body):
+        text = body["messages"][-1]["content"]
+        time.sleep(1.0 if text == "slow" else 0.0)
+        return f"echo {text}", None
+
+    stub.reply = reply
+    b = backend(stub, concurrency=4, stream="off")
+    session = b.session(GEN)
+    session.submit("s", prompt(b, "slow"))
+    session.submit("f", prompt(b, "fast"))
+    first = session.poll()
+    assert [(k, g.text) for k, g in first] == [("f", "echo fast")]
+    session.submit("f2", prompt(b, "fast again"))  # while "slow" is still in flight
+    seen = dict(first)
+    while session.pending:
+        seen.update(session.poll())
+    assert seen["f2"].text == "echo fast again" and seen["s"].text == "echo slow"
+    assert stub.max_in_flight >= 2
+
+
 # -- the API key -------------------------------------------------------------------------------
 
 def test_api_key_is_sent_but_never_described(stub, monkeypatch):

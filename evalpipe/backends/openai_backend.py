@@ -25,11 +25,11 @@ import random
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass
 from typing import Any
 
-from evalpipe.backends.base import Backend, GenerationSettings
+from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings
 from evalpipe.errors import InputError
 from evalpipe.records import Generation, ToolCall
 
@@ -200,6 +200,9 @@ class OpenAIBackend(Backend):
                 if progress is not None:
                     progress(1)
         return out
+
+    def session(self, settings: GenerationSettings) -> GenerationSession:
+        return _InFlightSession(self, settings)
 
     # -- one request -------------------------------------------------------------------------
     def _generate_one(self, prompt: str, settings: GenerationSettings,
@@ -509,3 +512,36 @@ def from_config(model: dict[str, Any]) -> OpenAIBackend:
                          field="models", expected=", ".join(sorted(CONFIG_KEYS)))
     kwargs = {k: model[k] for k in CONFIG_KEYS - {"id", "backend", "base_url"} if k in model}
     return OpenAIBackend(model["id"], model.get("base_url", ""), **kwargs)
+
+
+class _InFlightSession(GenerationSession):
+    """Each submitted prompt goes out at once (up to `concurrency` in flight); `poll`
+    returns the replies that have arrived, so a conversation's next turn is sent while
+    other requests are still running and the server's batch stays full."""
+
+    def __init__(self, backend: OpenAIBackend, settings: GenerationSettings):
+        super().__init__(backend, settings)
+        self.circuit = _Circuit()
+        self.pool: ThreadPoolExecutor | None = None
+        self.futures: dict[Future, Any] = {}
+
+    @property
+    def pending(self) -> int:
+        return len(self.futures)
+
+    def submit(self, key, prompt: str) -> None:
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=self.backend.concurrency,
+                                           thread_name_prefix="openai")
+        future = self.pool.submit(self.backend._generate_one, prompt, self.settings, self.circuit)
+        self.futures[future] = key
+
+    def poll(self):
+        if not self.futures:
+            return []
+        done, _ = wait(self.futures, return_when=FIRST_COMPLETED)
+        out = [(self.futures.pop(f), f.result()) for f in done]  # _generate_one never raises
+        if not self.futures:  # idle: let the threads go until the next submit
+            self.pool.shutdown(wait=False)
+            self.pool = None
+        return out
