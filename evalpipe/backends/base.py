@@ -39,7 +39,7 @@ class GenerationSettings:
     temperature: float = 0.0  # 0 means greedy
     top_p: float = 1.0
     seed: int = 0
-    batch_size: int = 16
+    batch_size: int = 64  # rows decoded together at most (memory may allow fewer)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
