@@ -12,8 +12,10 @@ and the ratio. When llama-cpp-python is not installed, says so and exits 0.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,16 +25,31 @@ sys.path.insert(0, str(REPO / "bench"))
 from bench_engine import load_note, bench_questions, make_runtime, one_at_a_time, run_engine
 
 
-def run_llamacpp(llm, runtime, questions, max_new_tokens: int) -> tuple[float, dict[str, str]]:
-    """llama-cpp-python's chat completion, one request at a time."""
+def run_llamacpp(n: int, threads: int, max_new_tokens: int) -> tuple[float, dict[str, str], str]:
+    """llama-cpp-python's chat completion, one request at a time: wall seconds, final
+    answer per question id, and the GGUF's name.
 
-    def complete(wire):
+    Runs in its own process: in one process with PyTorch's bfloat16 (AMX) kernels,
+    llama.cpp died of an illegal instruction on this machine."""
+    from llama_cpp import Llama
+
+    from evalpipe.backends.models import ALIASES, _fetch_gguf
+
+    gguf = _fetch_gguf(ALIASES["smollm2-135m"])
+    llm = Llama(model_path=str(gguf), n_ctx=4096, n_threads=threads, n_threads_batch=threads,
+                n_batch=512, verbose=False, seed=0)
+    runtime = make_runtime(None, max_new_tokens=max_new_tokens)
+    questions = bench_questions(n)
+
+    def complete(wire, limit=max_new_tokens):
         wire = [{"role": m["role"], "content": m.get("content") or ""} for m in wire]
         reply = llm.create_chat_completion(messages=wire, temperature=0.0, top_k=1,
-                                           max_tokens=max_new_tokens, seed=0)
+                                           max_tokens=limit, seed=0)
         return reply["choices"][0]["message"].get("content") or ""
 
-    return one_at_a_time(runtime, questions, complete)
+    one_at_a_time(runtime, questions[:1], lambda wire: complete(wire, 4))  # warm-up
+    seconds, answers = one_at_a_time(runtime, questions, complete)
+    return seconds, answers, gguf.name
 
 
 def main(argv=None) -> int:
@@ -46,7 +63,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     args = ap.parse_args(argv)
     try:
-        from llama_cpp import Llama
+        import llama_cpp  # noqa: F401
     except ImportError as exc:
         print(f"llama-cpp-python is not installed ({exc}); `pip install llama-cpp-python` "
               "builds it from source (~4+ minutes on 2 cores). Skipping this benchmark.")
@@ -55,27 +72,23 @@ def main(argv=None) -> int:
     import torch
 
     from evalpipe.backends import load_backend
-    from evalpipe.backends.models import ALIASES, _fetch_gguf
 
     threads = args.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
-    gguf = _fetch_gguf(ALIASES["smollm2-135m"])
-    llm = Llama(model_path=str(gguf), n_ctx=4096, n_threads=threads,
-                n_threads_batch=threads, n_batch=512, verbose=False, seed=0)
     backend = load_backend({"id": "smollm2-135m", "dtype": args.dtype})
     questions = bench_questions(args.n)
     runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
-    # Warm-up on both sides.
-    run_engine(make_runtime(backend, max_new_tokens=4), questions[:2])
-    run_llamacpp(llm, runtime, questions[:1], 4)
+    run_engine(make_runtime(backend, max_new_tokens=4), questions[:2])  # warm-up
     backend.prefix_store.clear()
 
     engine_s, engine_answers, _ = run_engine(runtime, questions)
-    cpp_s, cpp_answers = run_llamacpp(llm, runtime, questions, args.max_new_tokens)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        cpp_s, cpp_answers, gguf = pool.submit(run_llamacpp, args.n, threads,
+                                               args.max_new_tokens).result()
     n = len(questions)
     same = sum(engine_answers[q.id] == cpp_answers[q.id] for q in questions)
     print(f"questions: {n} (hermes, calculator, max_new_tokens={args.max_new_tokens}); "
-          f"threads {threads} on each side; GGUF {gguf.name}")
+          f"threads {threads} on each side; GGUF {gguf}")
     for label, seconds in ((f"evalpipe engine ({args.dtype}, batch cap {args.batch_size})", engine_s),
                            ("llama.cpp (Q4_1, one request at a time)", cpp_s)):
         print(f"{label:<42}: {seconds:8.1f} s  {n / seconds:6.3f} q/s")

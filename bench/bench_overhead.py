@@ -4,7 +4,8 @@
 
 Runs configs/default.yaml (embedded model; none/calculator tools x none/BM25
 prepend; every sample suite) through `evalpipe.runner.execute_run` with the
-generation cache off, and times every `backend.generate` call. Everything else
+generation cache off, and times the model's work: every `submit` (tokenising)
+and `poll` (prefill and decode) of the backend's generation sessions. Everything else
 (prompt rendering, parsing, tools, retrieval index and search, scoring,
 writing samples.jsonl and reports) is overhead. Model loading is shown apart:
 it is a one-off cost of a model, not per-question work.
@@ -29,7 +30,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(REPO / "configs/default.yaml"))
     ap.add_argument("--limit", type=int, default=None, help="questions per suite")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core)")
     args = ap.parse_args(argv)
 
     import os
@@ -40,17 +41,20 @@ def main(argv=None) -> int:
     from evalpipe.config import load_config
     from evalpipe.runner import execute_run
 
-    torch.set_num_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     timings = {"generate": 0.0, "load": 0.0, "calls": 0}
-    generate, init = tb.TransformersBackend.generate, tb.TransformersBackend.__init__
+    init = tb.TransformersBackend.__init__
 
-    def timed_generate(self, prompts, settings, progress=None):
-        t = time.perf_counter()
-        try:
-            return generate(self, prompts, settings, progress)
-        finally:
-            timings["generate"] += time.perf_counter() - t
-            timings["calls"] += 1
+    def timed(method):
+        def call(self, *a):
+            t = time.perf_counter()
+            try:
+                return method(self, *a)
+            finally:
+                timings["generate"] += time.perf_counter() - t
+                timings["calls"] += 1
+        return call
 
     def timed_init(self, *a, **kw):
         t = time.perf_counter()
@@ -59,7 +63,9 @@ def main(argv=None) -> int:
         finally:
             timings["load"] += time.perf_counter() - t
 
-    tb.TransformersBackend.generate, tb.TransformersBackend.__init__ = timed_generate, timed_init
+    tb.TransformersBackend.__init__ = timed_init
+    tb._LoopSession.submit = timed(tb._LoopSession.submit)
+    tb._LoopSession.poll = timed(tb._LoopSession.poll)
     os.chdir(REPO)
     config = load_config(args.config, limit=args.limit)
     with tempfile.TemporaryDirectory() as out:
@@ -69,9 +75,10 @@ def main(argv=None) -> int:
     job = wall - timings["load"]
     outside = job - timings["generate"]
     print(f"default job ({Path(args.config).name}, limit={args.limit}): {len(config.cells())} "
-          f"cells; torch threads {args.threads}")
+          f"cells; torch threads {torch.get_num_threads()}")
     print(f"wall {wall:.1f} s = model load {timings['load']:.1f} s + job {job:.1f} s")
-    print(f"inside backend.generate ({timings['calls']} calls): {timings['generate']:.1f} s")
+    print(f"inside the model (session submit/poll, {timings['calls']} calls): "
+          f"{timings['generate']:.1f} s")
     print(f"outside the model: {outside:.2f} s = {outside / job:.1%} of the job (target < 3%); "
           f"{(outside + timings['load']) / wall:.1%} counting the model load")
     print(f"note: {load_note()}")

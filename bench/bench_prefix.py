@@ -1,6 +1,6 @@
 """Time to first token with and without shared-prefix reuse.
 
-    python bench/bench_prefix.py [--n 8] [--threads 1]
+    python bench/bench_prefix.py [--n 8] [--threads 2]
 
 The prompts are first turns of the hermes format with the full math toolset
 (system prompt + seven tool definitions, then the question), as an eval cell
@@ -46,8 +46,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=8, help="prompts per batch")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (1: the machine is shared; see docs/speed.md)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (default: one per core; on an oversubscribed machine 1 "
+                         "can be faster, see docs/speed.md)")
     args = ap.parse_args(argv)
 
     import torch
@@ -55,7 +56,8 @@ def main(argv=None) -> int:
     from evalpipe.backends import load_backend
     from evalpipe.backends.base import GenerationSettings
 
-    torch.set_num_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     backend = load_backend({"id": "smollm2-135m", "dtype": "float32"})
     prompts = first_turn_prompts(backend, args.n)
     tok = backend.tokenizer
@@ -84,7 +86,7 @@ def main(argv=None) -> int:
         else 0
     cold, warm, off = (min(ttft[k]) for k in ("cold", "warm", "off"))
     print(f"{len(prompts)} prompts (hermes + math tools), {min(lengths)}-{max(lengths)} tokens, "
-          f"shared prefix {prefix} tokens; torch threads {args.threads}; best of {args.rounds}")
+          f"shared prefix {prefix} tokens; torch threads {torch.get_num_threads()}; best of {args.rounds}")
     print(f"mean TTFT, no reuse      : {off:8.0f} ms")
     print(f"mean TTFT, reuse (cold)  : {cold:8.0f} ms   {off / cold:5.2f}x better")
     print(f"mean TTFT, reuse (warm)  : {warm:8.0f} ms   {off / warm:5.2f}x better  (target >= 2x)")

@@ -129,16 +129,12 @@ class TransformersBackend(Backend):
             return []
         if self.generation == "hf":
             return [self._cut(gen) for gen in self._generate_hf(prompts, settings, progress)]
-        session = self.session(settings)
-        for i, prompt in enumerate(prompts):
-            session.submit(i, prompt)
-        out: list[Generation | None] = [None] * len(prompts)
-        while session.pending:
-            for i, gen in session.poll():
-                out[i] = gen
-                if progress is not None:
-                    progress(1)
-        return out
+        rows = self.batcher.generate(
+            [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts],
+            max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+            temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed,
+            prefix_reuse=self.prefix_reuse, progress=progress)
+        return [self._generation(row) for row in rows]
 
     def session(self, settings: GenerationSettings) -> GenerationSession:
         if self.generation == "hf":
