@@ -25,6 +25,21 @@ sys.path.insert(0, str(REPO))
 MAX_TURNS = 5
 
 
+def add_threads_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (default: PyTorch's own choice, one per core; on a "
+                         "shared, oversubscribed machine 1 can be faster, see docs/speed.md)")
+
+
+def use_threads(n: int | None) -> int:
+    """Set torch's thread count when asked; the count in use."""
+    import torch
+
+    if n:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
+
+
 def load_note() -> str:
     """The machine's load as the benchmark ends: ratios come from one run, under it."""
     import os
@@ -160,18 +175,14 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=64, help="the engine's batch cap")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads for both sides (default: torch's own choice, one per "
-                         "core; on a shared, oversubscribed machine 1 can be faster, see docs/speed.md)")
+    add_threads_option(ap)
     args = ap.parse_args(argv)
 
     import torch
 
     from evalpipe.backends import load_backend
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
+    use_threads(args.threads)
     backend = load_backend({"id": "smollm2-135m", "dtype": args.dtype})
     questions = bench_questions(args.n)
     runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)

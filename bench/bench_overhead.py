@@ -23,14 +23,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_engine import load_note
+from bench_engine import add_threads_option, load_note, use_threads
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(REPO / "configs/default.yaml"))
     ap.add_argument("--limit", type=int, default=None, help="questions per suite")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: one per core)")
+    add_threads_option(ap)
     args = ap.parse_args(argv)
 
     import os
@@ -41,8 +41,7 @@ def main(argv=None) -> int:
     from evalpipe.config import load_config
     from evalpipe.runner import execute_run
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     timings = {"generate": 0.0, "load": 0.0, "calls": 0}
     init = tb.TransformersBackend.__init__
 

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_engine import load_note, bench_questions
+from bench_engine import add_threads_option, bench_questions, load_note, use_threads
 
 
 def first_turn_prompts(backend, n: int, toolset: str = "math") -> list[str]:
@@ -46,9 +46,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=8, help="prompts per batch")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads (default: one per core; on an oversubscribed machine 1 "
-                         "can be faster, see docs/speed.md)")
+    add_threads_option(ap)
     args = ap.parse_args(argv)
 
     import torch
@@ -56,8 +54,7 @@ def main(argv=None) -> int:
     from evalpipe.backends import load_backend
     from evalpipe.backends.base import GenerationSettings
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     backend = load_backend({"id": "smollm2-135m", "dtype": "float32"})
     prompts = first_turn_prompts(backend, args.n)
     tok = backend.tokenizer

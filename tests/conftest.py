@@ -68,9 +68,9 @@ def write_jsonl(path: Path, records) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A 2-layer Llama with a small BPE tokenizer, built here: no download."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
     import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     out = tmp_path_factory.mktemp("tiny-model")
     special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

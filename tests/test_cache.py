@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from conftest import ScriptedBackend
+
 from evalpipe.backends.base import GenerationSettings
 from evalpipe.cache import GenerationCache
 from evalpipe.records import Generation
-
-from conftest import ScriptedBackend
 
 
 def test_second_request_is_served_from_the_cache(tmp_path):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import ClassVar
+
+from conftest import ScriptedBackend
 
 from evalpipe.backends.base import GenerationSession, GenerationSettings
 from evalpipe.engine import CellRuntime, Engine
@@ -10,8 +13,6 @@ from evalpipe.formats import get_format
 from evalpipe.questions import Question
 from evalpipe.records import Generation
 from evalpipe.tools import build_toolset
-
-from conftest import ScriptedBackend
 
 Q = Question(id="p1", suite="plan", question="Tính (12 + 30) nhân 7.", answer=294, lang="vi",
              answer_type="number",
@@ -118,7 +119,7 @@ def test_finished_conversations_drop_out_and_samples_keep_question_order():
 class OneAtATime(GenerationSession):
     """A session that returns one reply per poll, oldest first, and logs what it sees."""
 
-    log: list[str] = []
+    log: ClassVar[list[str]] = []
 
     def poll(self):
         key, prompt = self.queue.pop(0)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import write_jsonl
 
 TIMING = {"prefill_ms", "decode_ms", "wall_ms", "ms", "cached", "cost"}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
 from collections.abc import Hashable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from evalpipe.records import Generation
@@ -55,7 +55,7 @@ class GenerationSession:
     overrides `Backend.session`.
     """
 
-    def __init__(self, backend: "Backend", settings: GenerationSettings):
+    def __init__(self, backend: Backend, settings: GenerationSettings):
         self.backend, self.settings = backend, settings
         self.queue: list[tuple[Hashable, str]] = []
 

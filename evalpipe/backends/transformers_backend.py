@@ -20,8 +20,13 @@ from typing import Any
 import torch
 
 from evalpipe.backends import batching
-from evalpipe.backends.base import (PLAIN_TEMPLATE, Backend, GenerationSession, GenerationSettings,
-                                    cut_plain_turn)
+from evalpipe.backends.base import (
+    PLAIN_TEMPLATE,
+    Backend,
+    GenerationSession,
+    GenerationSettings,
+    cut_plain_turn,
+)
 from evalpipe.backends.models import ALIASES, resolve_model
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.records import Generation
