@@ -296,8 +296,10 @@ class BatchGenerator:
             self.store.put(key, kv)
         return kv
 
-    def _prefill(self, rows: list[_Row], prefix_kv, prefix_len: int, max_new: int) -> _State:
-        """Prefill the suffixes of `rows` on top of the shared prefix: a new batch state."""
+    def _prefill(self, rows: list[_Row], prefix_kv, prefix_len: int, max_new: int
+                 ) -> tuple[_State, torch.Tensor]:
+        """Prefill the suffixes of `rows` on top of the shared prefix: a new batch state
+        (its next tokens not chosen yet) and the logits to choose them from."""
         suffixes = [r.prompt[prefix_len:] for r in rows]
         width = max(len(s) for s in suffixes)
         n = len(rows)
@@ -328,27 +330,10 @@ class BatchGenerator:
         logits = self._forward(layers, ids, mask, pos, state)
         self.stats["prefilled_tokens"] += int(smask.sum())
         self.stats["reused_tokens"] += prefix_len * n
-        last = self._choose(logits, rows)
-        now = time.perf_counter()
-        for r in rows:
-            r.first = now
         next_pos = torch.tensor([len(r.prompt) for r in rows], dtype=torch.long,
                                 device=self.device)
-        return _State(layers, mask, next_pos, last, rows, shared,
-                      prefix_kv if bool(shared.any()) else None)
-
-    def _choose(self, logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
-        if self.temperature <= 0:
-            return logits.argmax(dim=-1)
-        probs = torch.softmax(logits / self.temperature, dim=-1)
-        if self.top_p < 1.0:
-            sorted_p, order = probs.sort(dim=-1, descending=True)
-            cum = sorted_p.cumsum(-1)
-            drop = cum - sorted_p > self.top_p
-            sorted_p = sorted_p.masked_fill(drop, 0.0)
-            probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
-        return torch.cat([torch.multinomial(probs[i], 1, generator=r.rng)
-                          for i, r in enumerate(rows)])
+        return _State(layers, mask, next_pos, None, rows, shared,
+                      prefix_kv if bool(shared.any()) else None), logits
 
     def _merge(self, parts: list[tuple[_State, list[int]]], headroom: int) -> _State | None:
         """One state holding the kept rows of each part, in order; columns that are
@@ -391,9 +376,9 @@ class BatchGenerator:
     def session(self, *, max_new_tokens: int, batch_size: int, temperature: float = 0.0,
                 top_p: float = 1.0, seed: int = 0, prefix_reuse: bool = True) -> DecodeSession:
         """A running batch that prompts can join at any time (see `DecodeSession`)."""
-        self.temperature, self.top_p = temperature, top_p
         return DecodeSession(self, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                             seed=seed, prefix_reuse=prefix_reuse)
+                             temperature=temperature, top_p=top_p, seed=seed,
+                             prefix_reuse=prefix_reuse)
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, batch_size: int,
                  temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
@@ -429,10 +414,11 @@ class DecodeSession:
     whole.
     """
 
-    def __init__(self, gen: BatchGenerator, *, max_new_tokens: int, batch_size: int, seed: int,
-                 prefix_reuse: bool):
+    def __init__(self, gen: BatchGenerator, *, max_new_tokens: int, batch_size: int,
+                 temperature: float, top_p: float, seed: int, prefix_reuse: bool):
         self.gen, self.max_new, self.batch_size = gen, max_new_tokens, batch_size
-        self.seed, self.prefix_reuse = seed, prefix_reuse
+        self.temperature, self.top_p, self.seed = temperature, top_p, seed
+        self.prefix_reuse = prefix_reuse
         self.started = time.perf_counter()
         self.waiting: list[_Row] = []
         self.state: _State | None = None
@@ -454,7 +440,7 @@ class DecodeSession:
         if self.max_new <= 0:
             self.finished.append((key, RowResult([], False, len(row.prompt), 0.0, 0.0)))
             return
-        if self.gen.temperature > 0:  # a row's samples depend on its prompt and the seed only
+        if self.temperature > 0:  # a row's samples depend on its prompt and the seed only
             h = hashlib.sha256(f"{self.seed}:{row.prompt}".encode()).digest()
             row.rng = torch.Generator(device=self.gen.device)
             row.rng.manual_seed(int.from_bytes(h[:8], "little") & ((1 << 63) - 1))
@@ -481,6 +467,19 @@ class DecodeSession:
         self.finished.append((r.index, RowResult(r.out, r.stopped, len(r.prompt),
                                                  (r.first - r.admitted) * 1000,
                                                  (r.ended - r.first) * 1000)))
+
+    def _choose(self, logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
+        """Greedy: argmax of float32 logits, as `generate`; else each row samples from
+        its own generator."""
+        if self.temperature <= 0:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            sorted_p, order = probs.sort(dim=-1, descending=True)
+            drop = sorted_p.cumsum(-1) - sorted_p > self.top_p
+            probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p.masked_fill(drop, 0.0))
+        return torch.cat([torch.multinomial(probs[i], 1, generator=r.rng)
+                          for i, r in enumerate(rows)])
 
     def _take(self, rows: list[_Row], tokens: torch.Tensor) -> list[int]:
         """Append the chosen tokens to `rows`; the indices of those still running."""
@@ -522,7 +521,11 @@ class DecodeSession:
         for group, plen in (([r for r in batch if self._has_prefix(r)], len(self.prefix)),
                             ([r for r in batch if not self._has_prefix(r)], 0)):
             for chunk in _similar_lengths(group, plen):
-                state = self.gen._prefill(chunk, self.prefix_kv, plen, self.max_new)
+                state, logits = self.gen._prefill(chunk, self.prefix_kv, plen, self.max_new)
+                state.last = self._choose(logits, chunk)
+                now = time.perf_counter()
+                for r in chunk:
+                    r.first = now
                 parts.append((state, self._take(state.rows, state.last)))
         if len(parts) == 1 and len(parts[0][1]) == len(parts[0][0].rows):
             return parts[0][0]  # nothing to drop or join: no copy
@@ -563,7 +566,7 @@ class DecodeSession:
         logits = gen._forward(state.layers, state.last[:, None], mask, state.pos[:, None], state)
         gen.stats["decode_steps"] += 1
         state.mask, state.pos = mask, state.pos + 1
-        chosen = gen._choose(logits, state.rows)
+        chosen = self._choose(logits, state.rows)
         state.last = chosen
         still = self._take([state.rows[i] for i in alive], chosen[alive])
         self.alive = [alive[i] for i in still]
