@@ -15,7 +15,7 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
-from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings
+from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings, run_dry
 from evalpipe.paths import cache_dir
 from evalpipe.records import Generation, ToolCall
 
@@ -49,24 +49,8 @@ class GenerationCache:
 
     def generate(self, backend: Backend, prompts: list[str],
                  settings: GenerationSettings) -> list[Generation]:
-        """Serve what the cache holds; generate the rest in one batch and store it."""
-        model_key = self._model_key(backend)
-        keys = [self.key(model_key, p, settings) for p in prompts]
-        found = self._get_many(keys)
-        missing = [i for i, k in enumerate(keys) if k not in found]
-        out: list[Generation | None] = [None] * len(prompts)
-        for i, k in enumerate(keys):
-            if k in found:
-                out[i] = found[k]
-        if missing:
-            fresh = backend.generate([prompts[i] for i in missing], settings)
-            self._put_many([(keys[i], g) for i, g in zip(missing, fresh)
-                            if g.finish_reason != "error"])
-            for i, g in zip(missing, fresh):
-                out[i] = g
-        self.hits += len(prompts) - len(missing)
-        self.misses += len(missing)
-        return out
+        """Serve what the cache holds; generate the rest and store it."""
+        return run_dry(self.session(backend, settings), prompts)
 
     def session(self, backend: Backend, settings: GenerationSettings) -> GenerationSession:
         """A backend session with this cache in front of it."""

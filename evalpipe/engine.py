@@ -132,7 +132,7 @@ class Engine:
             ended = 0
             for key, gen in session.poll():
                 c = live[key]
-                self._advance(cell, c, len(c.turns), c.prompt, c.request, gen)
+                self._advance(cell, c, gen)
                 if not c.done and len(c.turns) >= cell.max_turns:
                     c.stop("turn_limit")
                 if c.done:
@@ -160,11 +160,12 @@ class Engine:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": q.question}]
         return _Conversation(q, messages, retrieved)
 
-    def _advance(self, cell: CellRuntime, c: _Conversation, turn: int, prompt: str,
-                 request: str, gen: Generation) -> None:
+    def _advance(self, cell: CellRuntime, c: _Conversation, gen: Generation) -> None:
+        """Record the reply to the turn `c` was waiting on, run its tool calls or end it."""
+        turn = len(c.turns)
         record = Turn(
-            index=turn, prompt_hash=request_hash(prompt), request_hash=request_hash(request),
-            prompt_chars=len(prompt), raw=recorded(gen.text), calls=[], parse_errors=[], repaired=False,
+            index=turn, prompt_hash=request_hash(c.prompt), request_hash=request_hash(c.request),
+            prompt_chars=len(c.prompt), raw=recorded(gen.text), calls=[], parse_errors=[], repaired=False,
             prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
             prefill_ms=gen.prefill_ms, decode_ms=gen.decode_ms, finish_reason=gen.finish_reason,
             cached=gen.cached)

@@ -74,6 +74,19 @@ class GenerationSession:
         return [(key, gen) for (key, _), gen in zip(batch, gens)]
 
 
+def run_dry(session: GenerationSession, prompts: list[str], progress=None) -> list[Generation]:
+    """Submit every prompt, poll until all are answered: the replies in prompt order."""
+    for i, prompt in enumerate(prompts):
+        session.submit(i, prompt)
+    out: list[Generation | None] = [None] * len(prompts)
+    while session.pending:
+        for i, gen in session.poll():
+            out[i] = gen
+            if progress is not None:
+                progress(1)
+    return out  # type: ignore[return-value]
+
+
 class Backend(ABC):
     model_id: str = ""
 

@@ -35,7 +35,7 @@ import inspect
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import torch
@@ -60,14 +60,12 @@ class RowResult:
 
 @dataclass
 class _Row:
-    index: int
+    key: Hashable  # the caller's name for this prompt
     prompt: list[int]
     admitted: float = 0.0
     first: float = 0.0
-    ended: float = 0.0
     out: list[int] = field(default_factory=list)
     stopped: bool = False
-    done: bool = False
     rng: torch.Generator | None = None
 
 
@@ -220,7 +218,6 @@ class BatchGenerator:
         self.hidden = cfg.hidden_size
         self.intermediate = getattr(cfg, "intermediate_size", 4 * cfg.hidden_size)
         self.vocab = cfg.vocab_size
-        self.last_batch_size = 0
         # Rows attend to the shared prefix without a copy of it where the model allows.
         self.shared_attention = supported(model) and prefix_attention.install(model)
         self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_steps": 0}
@@ -423,7 +420,7 @@ class DecodeSession:
         self.waiting: list[_Row] = []
         self.state: _State | None = None
         self.alive: list[int] = []  # indices into state.rows of the rows still decoding
-        self.finished: list[tuple[object, RowResult]] = []
+        self.finished: list[tuple[Hashable, RowResult]] = []
         self.prefix: list[int] | None = None  # decided at the first admission
         self.prefix_kv = None
         self.first_wave = True
@@ -447,7 +444,7 @@ class DecodeSession:
         self.waiting.append(row)
 
     @torch.inference_mode()
-    def step(self) -> list[tuple[object, RowResult]]:
+    def step(self) -> list[tuple[Hashable, RowResult]]:
         """Admit, decode one token for every running row; the (key, result) of rows that ended."""
         try:
             self._step()
@@ -455,7 +452,7 @@ class DecodeSession:
             message = f"{type(exc).__name__}: {exc}"
             running = [self.state.rows[i] for i in self.alive] if self.state is not None else []
             for r in running + self.waiting:
-                self.finished.append((r.index, RowResult([], False, len(r.prompt), 0.0, 0.0,
+                self.finished.append((r.key, RowResult([], False, len(r.prompt), 0.0, 0.0,
                                                          message)))
             self.waiting, self.state, self.alive = [], None, []
         out, self.finished = self.finished, []
@@ -463,10 +460,10 @@ class DecodeSession:
 
     # -- internals ---------------------------------------------------------------------------
     def _finish(self, r: _Row) -> None:
-        r.done, r.ended = True, time.perf_counter()
-        self.finished.append((r.index, RowResult(r.out, r.stopped, len(r.prompt),
-                                                 (r.first - r.admitted) * 1000,
-                                                 (r.ended - r.first) * 1000)))
+        ended = time.perf_counter()
+        self.finished.append((r.key, RowResult(r.out, r.stopped, len(r.prompt),
+                                               (r.first - r.admitted) * 1000,
+                                               (ended - r.first) * 1000)))
 
     def _choose(self, logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
         """Greedy: argmax of float32 logits, as `generate`; else each row samples from
@@ -540,7 +537,6 @@ class DecodeSession:
         if self.waiting:
             self.waiting.sort(key=lambda r: len(r.prompt))  # similar lengths prefill together
             cap = gen.pick_batch_size(self.batch_size, len(self.waiting[-1].prompt), self.max_new)
-            gen.last_batch_size = cap
             free = cap - n_alive
             if free >= max(1, cap // 4) or n_alive == 0:
                 batch, self.waiting = self.waiting[:free], self.waiting[free:]

@@ -25,11 +25,11 @@ import random
 import re
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings
+from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings, run_dry
 from evalpipe.errors import InputError
 from evalpipe.records import Generation, ToolCall
 
@@ -183,23 +183,7 @@ class OpenAIBackend(Backend):
         return json.dumps(body, sort_keys=True, ensure_ascii=False)
 
     def generate(self, prompts, settings: GenerationSettings, progress=None):
-        out: list[Generation | None] = [None] * len(prompts)
-        circuit = _Circuit()
-        if self.concurrency == 1 or len(prompts) == 1:
-            for i, prompt in enumerate(prompts):
-                out[i] = self._generate_one(prompt, settings, circuit)
-                if progress is not None:
-                    progress(1)
-            return out
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts)),
-                                thread_name_prefix="openai") as pool:
-            futures = {pool.submit(self._generate_one, p, settings, circuit): i
-                       for i, p in enumerate(prompts)}
-            for future in as_completed(futures):
-                out[futures[future]] = future.result()  # _generate_one never raises
-                if progress is not None:
-                    progress(1)
-        return out
+        return run_dry(self.session(settings), prompts, progress)
 
     def session(self, settings: GenerationSettings) -> GenerationSession:
         return _InFlightSession(self, settings)

@@ -143,7 +143,7 @@ class TransformersBackend(Backend):
 
     def session(self, settings: GenerationSettings) -> GenerationSession:
         if self.generation == "hf":
-            return GenerationSession(self, settings)
+            return super().session(settings)
         return _LoopSession(self, settings)
 
     def _cut(self, gen: Generation) -> Generation:
