@@ -105,7 +105,7 @@ def test_the_classic_wrong_plan():
 
 def test_correct_sample_fields():
     out = score(make_sample(CALC, "Kết quả là 294.", steps=RIGHT_CALLS), CALC)
-    assert out["scorer_version"] == SCORER_VERSION == "1"
+    assert out["scorer_version"] == SCORER_VERSION == "2"
     assert (out["run_id"], out["cell_id"], out["question_id"], out["suite"], out["lang"]) == (
         "run-1", "cell-1", "calc-1", "plan", "vi")
     assert (out["exact"], out["exact_strict"], out["exact_lenient"]) == (True, False, True)
@@ -292,9 +292,12 @@ def test_a_call_to_a_tool_not_offered_that_never_ran_is_unknown():
     assert (out["category"], out["format_valid"]) == ("unknown_tool", False)
 
 
-def test_toolless_question_answered_without_tools_has_an_exact_plan():
+def test_an_empty_plan_counts_as_no_unneeded_call_not_as_a_plan_match():
     out = score(make_sample(NO_TOOLS, "Hà Nội"), NO_TOOLS)
-    assert (out["category"], out["plan_exact"], out["step_precision"]) == ("correct", True, None)
+    assert (out["category"], out["plan_exact"], out["no_unneeded_call"]) == ("correct", None, True)
+    called = score(make_sample(NO_TOOLS, "Hà Nội", steps=[[call("add", {"a": 1, "b": 2}, 3)]]),
+                   NO_TOOLS)
+    assert (called["plan_exact"], called["no_unneeded_call"]) == (None, False)
 
 
 def test_model_entry_from_the_config_is_reduced_to_its_id():

@@ -12,11 +12,14 @@ from typing import Any
 
 import numpy as np
 
+from evalpipe.scoring.repeats import repeat_scores
 from evalpipe.scoring.stats import mean_interval, rate, summary
 
 ALL = "all"
+# plan_exact is None for an empty gold plan (so a model that never calls a tool does not
+# "match" every control question); those samples count in no_unneeded_call instead.
 PROPORTIONS = ("exact", "exact_strict", "exact_lenient", "format_valid", "format_valid_strict",
-               "plan_exact")
+               "plan_exact", "no_unneeded_call")
 RATE_NAMES = PROPORTIONS + ("call_valid", "recall@k", "hit@k", "mrr", "ndcg")
 COST_FIELDS = ("prompt_tokens", "completion_tokens", "turns", "ttft_ms", "wall_ms",
                "prefill_ms", "decode_ms")
@@ -106,11 +109,14 @@ def aggregate(scored: Iterable[dict[str, Any]], by: Sequence[str] = ("cell_id", 
     Each row: the keys; n (samples) and n_infra (infra errors, kept out of every
     rate and cost figure but counted in categories and token totals); k; rates:
     name -> {"rate", "n", "lo", "hi"} for exact, exact_strict, exact_lenient,
-    format_valid, format_valid_strict, plan_exact (Wilson 95%, over the samples
+    format_valid, format_valid_strict, plan_exact (samples with a non-empty plan),
+    no_unneeded_call (samples with an empty plan) (Wilson 95%, over the samples
     where the field is not None), call_valid (Wilson over calls), hit@k (Wilson),
     recall@k, mrr, ndcg (means with a t interval, or a seeded bootstrap with
     mean_interval_method="bootstrap"); categories, subtypes and flags: name ->
-    count; cost: name -> {mean, p50, p95, n} and token totals."""
+    count; cost: name -> {mean, p50, p95, n} and token totals; repeats: pass@k,
+    pass^k, flip rate and noise floor over the group's questions (scoring/repeats.py;
+    None when no sample has a verdict)."""
     rows = scored if isinstance(scored, list) else list(scored)
     keys = tuple(by)
     groups: dict[tuple, list[int]] = {}
@@ -124,6 +130,10 @@ def aggregate(scored: Iterable[dict[str, Any]], by: Sequence[str] = ("cell_id", 
     if not groups:
         return []
     cols = _Columns(rows)
-    return [_group_row(keys, key, np.asarray(groups[key], dtype=np.int64), cols,
-                       mean_interval_method, seed)
-            for key in sorted(groups, key=_sort_key)]
+    out = []
+    for key in sorted(groups, key=_sort_key):
+        row = _group_row(keys, key, np.asarray(groups[key], dtype=np.int64), cols,
+                         mean_interval_method, seed)
+        row["repeats"] = repeat_scores(rows[i] for i in groups[key])
+        out.append(row)
+    return out

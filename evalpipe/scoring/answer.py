@@ -68,6 +68,7 @@ class AnswerMatch:
     abstained: bool
     number_words: bool
     reply_key: str
+    rule: str | None = None  # which extraction rule read the answer (docs/scoring.md)
 
 
 def _decimals(value: float) -> int:

@@ -24,6 +24,13 @@ A "RAG question" has gold passages and ran in a cell with retrieval (prepend or
 tool) or was shown chunks. The same question in a closed-book cell
 (retrieval "none") that is answered wrong is a wrong_answer.
 
+Agentic RAG: a corpus question (gold passages, or an abstain question with no
+plan) asked in a cell whose retrieval mode is "tool" and that offers
+search_site has an implied plan: search (any non-empty query) before
+answering. No call at all is no_tool_call; after a search, a wrong answer
+goes to rungs 11-13 (a gold passage shown or not; an abstain question
+answered anyway).
+
 For a RAG question whose plan matched (it searched as the gold plan says), a
 wrong answer goes on to rungs 11/12 instead of misreported_result: a search
 returns passages, not a value to report, so whether a gold passage came back
@@ -36,7 +43,7 @@ with no tools is not "no_tool_call".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 CATEGORIES = (
     "infra_error", "correct", "malformed_call", "unknown_tool", "invalid_arguments",
@@ -51,7 +58,7 @@ FLAGS = (
 
 @dataclass(slots=True)
 class Facts:
-    """What the ladder needs to know about one sample."""
+    """What the ladder needs to know about one sample (recorded in the scored sample)."""
 
     infra: bool
     correct: bool
@@ -59,41 +66,74 @@ class Facts:
     unknown_tool: bool
     invalid_arguments: bool
     turn_limit: bool
-    plan_applicable: bool  # gold plan known and its tools offered
-    gold_plan_empty: bool  # gold_calls == []
+    plan_applicable: bool  # gold plan known (or implied) and its tools offered
+    gold_plan_empty: bool  # the plan scored is []
     called: bool  # any tool call was executed (or refused)
     plan_exact: bool | None
     plan_reason: str | None
     rag: bool
     gold_shown: bool
     abstain_gold: bool
+    searched: bool | None = None  # implied-search plan: a search ran; None: no such plan
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    category: str
+    subtype: str | None  # wrong_plan only: the primary plan failure
+    rung: int  # 1-based position of the deciding rule in CATEGORIES
+    reason: str  # the deciding facts, in words
+
+
+def _verdict(category: str, reason: str, subtype: str | None = None) -> Verdict:
+    return Verdict(category, subtype, CATEGORIES.index(category) + 1, reason)
+
+
+def decide(f: Facts) -> Verdict:
+    """The first rule of the ladder that applies, and why."""
+    if f.infra:
+        return _verdict("infra_error", "the backend or the harness failed")
+    if f.correct:
+        return _verdict("correct", "the model abstained" if f.abstain_gold
+                        else "the extracted answer matches the gold")
+    if f.malformed:
+        return _verdict("malformed_call", "a tool-call attempt did not parse")
+    if f.unknown_tool:
+        return _verdict("unknown_tool", "a call named a tool the cell did not offer")
+    if f.invalid_arguments:
+        return _verdict("invalid_arguments", "a call's arguments failed the tool's schema")
+    if f.turn_limit:
+        return _verdict("turn_limit", "max_turns reached without a final answer")
+    plan_needs_tools = f.plan_applicable and not f.gold_plan_empty
+    implied = f.searched is not None
+    if plan_needs_tools and not f.called:
+        return _verdict("no_tool_call", "the plan needs a search before the answer; no tool "
+                        "was called" if implied else
+                        "the gold plan needs offered tools; no tool was called")
+    if f.gold_plan_empty and f.called:
+        return _verdict("unneeded_tool_call",
+                        "the gold plan is empty, a tool was called, and the answer is wrong")
+    if plan_needs_tools:
+        if not f.plan_exact:
+            return _verdict("wrong_plan", f"the calls do not match the plan: {f.plan_reason}",
+                            f.plan_reason)
+        if not f.rag and not implied:
+            return _verdict("misreported_result",
+                            "the gold plan matched; the final answer does not")
+    if f.rag:
+        if f.gold_shown:
+            return _verdict("misread_context", "a gold passage was shown; the answer is wrong")
+        return _verdict("retrieval_miss", "no chunk shown covers a gold passage; "
+                        "the answer is wrong")
+    if f.abstain_gold:
+        return _verdict("hallucinated_answer", "the gold is abstain; the model answered")
+    return _verdict("wrong_answer", "the answer is wrong; no earlier rule applies")
 
 
 def primary_category(f: Facts) -> tuple[str, str | None]:
     """(category, subtype); subtype only for wrong_plan."""
-    if f.infra:
-        return "infra_error", None
-    if f.correct:
-        return "correct", None
-    if f.malformed:
-        return "malformed_call", None
-    if f.unknown_tool:
-        return "unknown_tool", None
-    if f.invalid_arguments:
-        return "invalid_arguments", None
-    if f.turn_limit:
-        return "turn_limit", None
-    if f.plan_applicable and not f.gold_plan_empty and not f.called:
-        return "no_tool_call", None
-    if f.gold_plan_empty and f.called:
-        return "unneeded_tool_call", None
-    if f.plan_applicable and not f.gold_plan_empty:
-        if not f.plan_exact:
-            return "wrong_plan", f.plan_reason
-        if not f.rag:
-            return "misreported_result", None
-    if f.rag:
-        return ("misread_context", None) if f.gold_shown else ("retrieval_miss", None)
-    if f.abstain_gold:
-        return "hallucinated_answer", None
-    return "wrong_answer", None
+    v = decide(f)
+    return v.category, v.subtype

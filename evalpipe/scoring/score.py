@@ -1,22 +1,26 @@
 """score_sample: one sample record (samples.jsonl) + its Question -> one scored dict.
 
 Pure: no model, no tools run (the gold plan's expected values come from the
-pure built-in arithmetic functions), no I/O.
+pure built-in arithmetic functions), no I/O. Scoring runs in named stages, each
+a function of the sample: format validity, cost, plan, retrieval, the ladder's
+facts (categories.Facts, decided by categories.decide) and flags.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from evalpipe.questions import Question
-from evalpipe.scoring.answer import Gold, make_gold, match_answer
-from evalpipe.scoring.categories import Facts, primary_category
+from evalpipe.scoring.answer import AnswerMatch, Gold, make_gold, match_answer
+from evalpipe.scoring.categories import Facts, decide
 from evalpipe.scoring.extract import detect_language
-from evalpipe.scoring.plan import executed_calls, match_plan
+from evalpipe.scoring.plan import Executed, PlanResult, executed_calls, match_plan
 from evalpipe.scoring.retrieval_metrics import covers, retrieval_scores
 
-SCORER_VERSION = "1"
+SCORER_VERSION = "2"
 DETECTED_LANGUAGES = frozenset({"vi", "en"})
+SEARCH_TOOL = "search_site"
 
 _GOLD_CACHE: dict[int, tuple[Question, Gold]] = {}
 
@@ -34,6 +38,149 @@ def gold_for(question: Question) -> Gold:
     return gold
 
 
+# --- stage: format validity -------------------------------------------------------------
+
+@dataclass(slots=True)
+class CallStats:
+    """What the turns say about the tool calls (validity, flags) and how they ended."""
+
+    attempted: int = 0
+    valid: int = 0
+    valid_strict: int = 0
+    called: bool = False  # a tool event exists: a call ran or was refused
+    malformed: bool = False
+    unknown: bool = False
+    invalid: bool = False
+    parallel: bool = False
+    repaired: bool = False
+    truncated: bool = False
+    tool_error: bool = False
+    length: bool = False  # a turn stopped at max_new_tokens
+    errored_turn: bool = False  # a turn finished with "error"
+
+    @property
+    def format_valid(self) -> bool | None:
+        return (self.valid == self.attempted) if self.attempted else None
+
+    @property
+    def format_valid_strict(self) -> bool | None:
+        return (self.valid_strict == self.attempted) if self.attempted else None
+
+
+def call_stats(turns: list[dict[str, Any]], offered: set[str] | None) -> CallStats:
+    s = CallStats()
+    for turn in turns:
+        calls = turn.get("calls")
+        parse_errors = turn.get("parse_errors")
+        strict_errors = turn.get("strict_errors")
+        if calls or parse_errors or strict_errors or turn.get("repaired"):
+            calls = calls or ()
+            parse_errors = parse_errors or ()
+            events = turn.get("tool_events") or ()
+            s.attempted += len(calls) + len(parse_errors)
+            bad = 0
+            for event in events:
+                s.called = True
+                error = event.get("error")
+                if error == "unknown_tool":
+                    s.unknown = True
+                    bad += 1
+                elif error == "invalid_arguments":
+                    s.invalid = True
+                    bad += 1
+                elif error:
+                    s.tool_error = True
+                if event.get("truncated"):
+                    s.truncated = True
+            if offered is not None and len(events) < len(calls):  # calls that never ran
+                ran = {e.get("call_id") for e in events}
+                for c in calls:
+                    if c.get("id") not in ran and c.get("name") not in offered:
+                        s.unknown = True
+                        bad += 1
+            turn_valid = max(0, len(calls) - bad)
+            s.valid += turn_valid
+            fixed = max(len(strict_errors or ()) - len(parse_errors),
+                        1 if turn.get("repaired") else 0)
+            s.valid_strict += max(0, turn_valid - fixed)
+            s.malformed |= bool(parse_errors)
+            s.parallel |= len(calls) > 1
+            s.repaired |= bool(fixed)
+        finish = turn.get("finish_reason")
+        if finish == "length":
+            s.length = True
+        elif finish == "error":
+            s.errored_turn = True
+    return s
+
+
+# --- stage: cost ------------------------------------------------------------------------
+
+def cost(sample: dict[str, Any], turns: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "prompt_tokens": sum(t.get("prompt_tokens") or 0 for t in turns),
+        "completion_tokens": sum(t.get("completion_tokens") or 0 for t in turns),
+        "turns": len(turns),
+        "prefill_ms": sum(t.get("prefill_ms") or 0.0 for t in turns),
+        "ttft_ms": (turns[0].get("prefill_ms") or 0.0) if turns else None,
+        "decode_ms": sum(t.get("decode_ms") or 0.0 for t in turns),
+        "wall_ms": sample.get("wall_ms") or 0.0,
+    }
+
+
+# --- stage: plan ------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class PlanStage:
+    applicable: bool  # the gold plan is known and its tools were offered
+    steps: list[dict[str, Any]] | None  # the plan scored: the gold plan, or the implied search
+    implied_search: bool  # a corpus question in a cell where search_site is a tool
+    result: PlanResult | None
+
+
+def corpus_question(question: Question) -> bool:
+    """Answered from the corpus: it has gold passages, or it is an abstain question
+    with no plan (the corpus does not say)."""
+    return question.gold_calls == [] and (
+        bool(question.gold_passages) or question.answer_type == "abstain")
+
+
+def search_plan(executed: list[Executed]) -> PlanResult:
+    """The implied plan of a corpus question in a tool-retrieval cell: search (any
+    non-empty query, as often as the model likes) before answering. A call of another
+    tool is an extra step; no search that ran is a missing step."""
+    searches = [e for e in executed if e.name == SEARCH_TOOL and e.ok
+                and isinstance(e.arguments, dict)
+                and isinstance(e.arguments.get("query"), str) and e.arguments["query"].strip()]
+    reasons = []
+    if any(e.name != SEARCH_TOOL for e in executed):
+        reasons.append("extra_step")
+    if not searches:
+        reasons.insert(0, "missing_step")
+    precision = len(searches) / len(executed) if executed else None
+    matched = {"s1": searches[0].position} if searches else {}
+    return PlanResult(not reasons, precision, 1.0 if searches else 0.0,
+                      reasons[0] if reasons else None, reasons, matched)
+
+
+def plan_stage(question: Question, turns: list[dict[str, Any]], offered: set[str] | None,
+               mode: str) -> PlanStage:
+    gold_calls = question.gold_calls
+    implied = (mode == "tool" and corpus_question(question)
+               and (offered is None or SEARCH_TOOL in offered))
+    steps = ([{"id": "s1", "name": SEARCH_TOOL, "arguments": {"query": ""}}] if implied
+             else gold_calls)
+    applicable = steps is not None and (
+        offered is None or (bool(offered) and all(s.get("name") in offered for s in steps)))
+    result = None
+    if applicable:
+        executed = executed_calls(turns)
+        result = search_plan(executed) if implied else match_plan(executed, steps)
+    return PlanStage(applicable, steps, implied, result)
+
+
+# --- stage: retrieval -------------------------------------------------------------------
+
 def first_retrieval_list(sample: dict[str, Any]) -> list[dict[str, Any]]:
     """The ranking retrieval metrics are computed on: the chunks prepended to the
     prompt, else the hits of the first search_site call that ran, else []."""
@@ -44,7 +191,7 @@ def first_retrieval_list(sample: dict[str, Any]) -> list[dict[str, Any]]:
     tool = [c for c in retrieved if c.get("source") == "tool"]
     for position, turn in enumerate(sample.get("turns") or ()):
         for event in turn.get("tool_events") or ():
-            if event.get("name") == "search_site" and not event.get("error"):
+            if event.get("name") == SEARCH_TOOL and not event.get("error"):
                 result = event.get("result")
                 if isinstance(result, list):
                     return [h for h in result if isinstance(h, dict)]
@@ -65,127 +212,93 @@ def _rank_key(chunk: dict[str, Any]) -> tuple:
             -score if score is not None else 0.0, str(chunk.get("chunk_id", "")))
 
 
+@dataclass(slots=True)
+class RetrievalStage:
+    rag: bool  # a question with gold passages, in a cell that retrieved
+    gold_shown: bool  # some chunk shown (any search) covers a gold passage
+    scores: dict[str, float] | None  # recall/hit/mrr/ndcg on the first list
+
+
+def retrieval_stage(sample: dict[str, Any], question: Question, mode: str,
+                    k: int) -> RetrievalStage:
+    passages = question.gold_passages or []
+    retrieved = sample.get("retrieved") or []
+    rag = bool(passages) and (mode in ("prepend", "tool") or bool(retrieved))
+    gold_shown = bool(passages) and any(covers(c, g) for c in retrieved for g in passages)
+    scores = None
+    if rag:
+        ranked = sorted(first_retrieval_list(sample), key=_rank_key)
+        scores = retrieval_scores([(c["doc"], c["start"], c["end"]) for c in ranked],
+                                  [(g["doc"], g["start"], g["end"]) for g in passages], k)
+    return RetrievalStage(rag, gold_shown, scores)
+
+
+# --- stage: the ladder's facts ----------------------------------------------------------
+
+def facts(sample: dict[str, Any], question: Question, gold: Gold, m: AnswerMatch,
+          calls: CallStats, plan: PlanStage, retrieval: RetrievalStage) -> Facts:
+    stop_reason = sample.get("stop_reason") or ""
+    result = plan.result
+    return Facts(
+        infra=stop_reason == "infra_error" or bool(sample.get("error")) or calls.errored_turn,
+        correct=m.exact, malformed=calls.malformed, unknown_tool=calls.unknown,
+        invalid_arguments=calls.invalid, turn_limit=stop_reason == "turn_limit",
+        plan_applicable=plan.applicable, gold_plan_empty=plan.steps == [],
+        called=calls.called, plan_exact=result.exact if result else None,
+        plan_reason=result.reason if result else None, rag=retrieval.rag,
+        gold_shown=retrieval.gold_shown, abstain_gold=gold.answer_type == "abstain",
+        searched=bool(result and result.matched) if plan.implied_search else None)
+
+
+# --- stage: flags -----------------------------------------------------------------------
+
+def flags(question: Question, gold: Gold, final: str, m: AnswerMatch, calls: CallStats,
+          retrieval: RetrievalStage, stop_reason: str) -> list[str]:
+    out = []
+    if gold.lang in DETECTED_LANGUAGES and final:
+        detected = detect_language(final, m.reply_key)
+        if detected is not None and detected != gold.lang:
+            out.append("wrong_language")
+    if m.abstained:
+        out.append("abstained")
+    if question.gold_passages and m.exact and not retrieval.gold_shown:
+        out.append("correct_without_retrieval")
+    if calls.repaired:
+        out.append("repaired_format")
+    if calls.parallel:
+        out.append("parallel_calls")
+    if calls.truncated:
+        out.append("truncated_tool_output")
+    if m.number_words:
+        out.append("number_words")
+    if stop_reason == "length" or calls.length:
+        out.append("length_limit")
+    if calls.tool_error:
+        out.append("tool_error")
+    return sorted(out)
+
+
+# --- the whole sample -------------------------------------------------------------------
+
 def score_sample(sample: dict[str, Any], question: Question, k: int = 3) -> dict[str, Any]:
     """Score one sample against its question. See docs/scoring.md for every field."""
     settings = sample.get("settings") or {}
     turns = sample.get("turns") or []
-    stop_reason = sample.get("stop_reason") or ""
     final = sample.get("final_answer") or ""
-    gold = gold_for(question)
-    m = match_answer(final, gold)
-
-    # --- per turn: format validity, flags, cost --------------------------------------
-    offered = settings.get("tools_offered")
-    offered_set = set(offered) if offered is not None else None
-    attempted = valid = valid_strict = 0
-    malformed = unknown = invalid = parallel = repaired = truncated = tool_error = False
-    infra = stop_reason == "infra_error" or bool(sample.get("error"))
-    length = stop_reason == "length"
-    called = False
-    prompt_tokens = completion_tokens = 0
-    prefill_ms = decode_ms = 0.0
-    for turn in turns:
-        calls = turn.get("calls")
-        parse_errors = turn.get("parse_errors")
-        strict_errors = turn.get("strict_errors")
-        if calls or parse_errors or strict_errors or turn.get("repaired"):
-            calls = calls or ()
-            parse_errors = parse_errors or ()
-            events = turn.get("tool_events") or ()
-            attempted += len(calls) + len(parse_errors)
-            bad = 0
-            for event in events:
-                called = True
-                error = event.get("error")
-                if error:
-                    if error == "unknown_tool":
-                        unknown = True
-                        bad += 1
-                    elif error == "invalid_arguments":
-                        invalid = True
-                        bad += 1
-                    else:
-                        tool_error = True
-                if event.get("truncated"):
-                    truncated = True
-            if offered_set is not None and len(events) < len(calls):  # calls that never ran
-                ran = {e.get("call_id") for e in events}
-                for c in calls:
-                    if c.get("id") not in ran and c.get("name") not in offered_set:
-                        unknown = True
-                        bad += 1
-            turn_valid = max(0, len(calls) - bad)
-            valid += turn_valid
-            fixed = max(len(strict_errors or ()) - len(parse_errors),
-                        1 if turn.get("repaired") else 0)
-            valid_strict += max(0, turn_valid - fixed)
-            if parse_errors:
-                malformed = True
-            if len(calls) > 1:
-                parallel = True
-            if fixed:
-                repaired = True
-        finish = turn.get("finish_reason")
-        if finish != "stop":
-            if finish == "length":
-                length = True
-            elif finish == "error":
-                infra = True
-        prompt_tokens += turn.get("prompt_tokens") or 0
-        completion_tokens += turn.get("completion_tokens") or 0
-        prefill_ms += turn.get("prefill_ms") or 0.0
-        decode_ms += turn.get("decode_ms") or 0.0
-    format_valid = (valid == attempted) if attempted else None
-    format_valid_strict = (valid_strict == attempted) if attempted else None
-
-    # --- plan ------------------------------------------------------------------------
-    gold_calls = question.gold_calls
-    plan_applicable = gold_calls is not None and (
-        offered_set is None or (bool(offered_set)
-                                and all(s.get("name") in offered_set for s in gold_calls)))
-    plan = match_plan(executed_calls(turns), gold_calls) if plan_applicable else None
-
-    # --- retrieval -------------------------------------------------------------------
-    passages = question.gold_passages or []
-    retrieved = sample.get("retrieved") or []
     mode = (settings.get("retrieval") or {}).get("mode", "none")
-    rag = bool(passages) and (mode in ("prepend", "tool") or bool(retrieved))
-    gold_shown = bool(passages) and any(covers(c, g) for c in retrieved for g in passages)
-    retrieval = None
-    if rag:
-        ranked = sorted(first_retrieval_list(sample), key=_rank_key)
-        retrieval = retrieval_scores([(c["doc"], c["start"], c["end"]) for c in ranked],
-                                     [(g["doc"], g["start"], g["end"]) for g in passages], k)
+    offered_list = settings.get("tools_offered")
+    offered = set(offered_list) if offered_list is not None else None
+    gold = gold_for(question)
 
-    # --- category and flags ------------------------------------------------------------
-    category, subtype = primary_category(Facts(
-        infra=infra, correct=m.exact, malformed=malformed, unknown_tool=unknown,
-        invalid_arguments=invalid, turn_limit=stop_reason == "turn_limit",
-        plan_applicable=plan_applicable, gold_plan_empty=gold_calls == [], called=called,
-        plan_exact=plan.exact if plan else None, plan_reason=plan.reason if plan else None,
-        rag=rag, gold_shown=gold_shown, abstain_gold=gold.answer_type == "abstain"))
-    flags = []
-    if gold.lang in DETECTED_LANGUAGES and final:
-        detected = detect_language(final, m.reply_key)
-        if detected is not None and detected != gold.lang:
-            flags.append("wrong_language")
-    if m.abstained:
-        flags.append("abstained")
-    if passages and m.exact and not gold_shown:
-        flags.append("correct_without_retrieval")
-    if repaired:
-        flags.append("repaired_format")
-    if parallel:
-        flags.append("parallel_calls")
-    if truncated:
-        flags.append("truncated_tool_output")
-    if m.number_words:
-        flags.append("number_words")
-    if length:
-        flags.append("length_limit")
-    if tool_error:
-        flags.append("tool_error")
-    flags.sort()
+    m = match_answer(final, gold)
+    calls = call_stats(turns, offered)
+    plan = plan_stage(question, turns, offered, mode)
+    retrieval = retrieval_stage(sample, question, mode, k)
+    f = facts(sample, question, gold, m, calls, plan, retrieval)
+    verdict = decide(f)
+    result = plan.result
+    # An empty plan is scored as "no unneeded call", not as a plan match.
+    empty_plan = plan.applicable and plan.steps == []
 
     model = settings.get("model")
     if isinstance(model, dict):  # the config's model entry: {"id": ..., ...}
@@ -194,6 +307,8 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3) -> dict
         "run_id": sample.get("run_id"),
         "cell_id": sample.get("cell_id"),
         "question_id": sample.get("question_id", question.id),
+        "repeat": sample.get("repeat", 0),  # part of the sample's identity with the two above
+        "seed": sample.get("seed"),
         "suite": sample.get("suite") or question.suite,
         "lang": gold.lang,
         "answer_type": gold.answer_type,
@@ -202,33 +317,47 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3) -> dict
         "toolset": settings.get("toolset"),
         "retrieval_mode": mode,
         "scorer_version": SCORER_VERSION,
-        "infra": infra,
+        "infra": f.infra,
         "exact": m.exact,
         "exact_strict": m.strict,
         "exact_lenient": m.lenient,
         "extracted": m.extracted,
-        "format_valid": format_valid,
-        "format_valid_strict": format_valid_strict,
-        "calls_attempted": attempted,
-        "calls_valid": valid,
-        "calls_valid_strict": valid_strict,
-        "plan_exact": plan.exact if plan else None,
-        "step_precision": plan.precision if plan else None,
-        "step_recall": plan.recall if plan else None,
-        "plan_failure": plan.reason if plan else None,
-        "plan_failures": list(plan.reasons) if plan else [],
+        "extraction": m.rule,
+        "format_valid": calls.format_valid,
+        "format_valid_strict": calls.format_valid_strict,
+        "calls_attempted": calls.attempted,
+        "calls_valid": calls.valid,
+        "calls_valid_strict": calls.valid_strict,
+        "plan_exact": None if empty_plan or not result else result.exact,
+        "no_unneeded_call": (not calls.called) if empty_plan else None,
+        "step_precision": result.precision if result else None,
+        "step_recall": result.recall if result else None,
+        "plan_failure": result.reason if result else None,
+        "plan_failures": list(result.reasons) if result else [],
         "k": k,
-        "retrieval": retrieval,
-        "category": category,
-        "subtype": subtype,
-        "flags": flags,
-        "cost": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "turns": len(turns),
-            "prefill_ms": prefill_ms,
-            "ttft_ms": (turns[0].get("prefill_ms") or 0.0) if turns else None,
-            "decode_ms": decode_ms,
-            "wall_ms": sample.get("wall_ms") or 0.0,
+        "retrieval": retrieval.scores,
+        "category": verdict.category,
+        "subtype": verdict.subtype,
+        "why": {
+            "rung": verdict.rung,
+            "reason": verdict.reason,
+            "facts": f.as_dict(),
+            "plan": _plan_why(plan),
         },
+        "flags": flags(question, gold, final, m, calls, retrieval,
+                       sample.get("stop_reason") or ""),
+        "cost": cost(sample, turns),
     }
+
+
+def _plan_why(plan: PlanStage) -> dict[str, Any] | None:
+    """Which gold steps a call matched and which not, for "why is this wrong_plan?"."""
+    if not plan.applicable or plan.result is None:
+        return None
+    steps = plan.steps or []
+    matched = plan.result.matched
+    return {"implied_search": plan.implied_search,
+            "steps": [s.get("id") for s in steps],
+            "matched": {sid: pos for sid, pos in matched.items()},
+            "unmatched": [s.get("id") for s in steps if s.get("id") not in matched],
+            "failures": list(plan.result.reasons)}
