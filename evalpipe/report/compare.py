@@ -20,6 +20,7 @@ import numpy as np
 
 from evalpipe.errors import InputError
 from evalpipe.report.load import RunData
+from evalpipe.scoring.stats import cluster_bootstrap
 
 METRICS = ("exact", "format_valid", "plan_exact", "recall@k")
 BINARY = {"exact", "format_valid", "plan_exact"}
@@ -40,35 +41,6 @@ def mcnemar_exact(b: int, c: int) -> float:
     from scipy.stats import binomtest
 
     return float(binomtest(b, b + c, 0.5).pvalue)
-
-
-def cluster_bootstrap(sums: np.ndarray, counts: np.ndarray, resamples: int = 2000,
-                      seed: int = 0, level: float = 0.95) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of sum(sums) / sum(counts), resampling clusters
-    (questions) with replacement; a cluster of one pair gives the ordinary paired
-    bootstrap of a mean difference. Vectorised in blocks of at most ~4M draws."""
-    sums = np.asarray(sums, dtype=float)
-    counts = np.asarray(counts, dtype=float)
-    m = sums.size
-    if m == 0 or counts.sum() == 0:
-        return None
-    rng = np.random.default_rng(seed)
-    block = max(1, min(resamples, 4_000_000 // m))
-    stats = []
-    done = 0
-    while done < resamples:
-        size = min(block, resamples - done)
-        idx = rng.integers(0, m, size=(size, m))
-        num = sums[idx].sum(axis=1)
-        den = counts[idx].sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            stats.append(np.where(den > 0, num / np.where(den > 0, den, 1), np.nan))
-        done += size
-    values = np.concatenate(stats)
-    values = values[~np.isnan(values)]
-    tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(values, [tail, 100 - tail])
-    return float(lo), float(hi)
 
 
 def paired_bootstrap(a: Any, b: Any, resamples: int = 2000, seed: int = 0
