@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.errors import InputError
+from evalpipe.plans import check_value
 
 ANSWER_TYPES = ("number", "text", "abstain")
 _REQUIRED = {"id": str, "suite": str, "question": str}
@@ -112,10 +113,9 @@ def parse_question(record: Any, *, file: str, line: int) -> Question:
                 fail(f"{where}.name", "missing tool name", "a string")
             if not isinstance(step.get("arguments"), dict):
                 fail(f"{where}.arguments", f"got {step.get('arguments')!r}", "an object")
-            for arg, value in step["arguments"].items():
-                if isinstance(value, str) and value.startswith("$") and value[1:] not in seen:
-                    fail(f"{where}.arguments.{arg}", f"reference {value!r} names no earlier step",
-                         "a $ref to a step listed before this one")
+            problem = check_value(step["arguments"], seen, f"{where}.arguments")
+            if problem:
+                fail(*problem)
             seen.add(step["id"])
 
     passages = record.get("gold_passages") or []

@@ -26,9 +26,13 @@ order, since a "$sN" reference must name an earlier step):
    wrong, step 2 used step 1's wrong result correctly) counts as matched, so
    one mistake is not counted twice. Step 1 still fails the plan.
 
-Arguments compare with numeric tolerance (relative 1e-6) and text compared in
-text_key form; add and multiply accept their two operands in either order;
-the free-text query of search_site matches any non-empty query.
+Arguments compare by one function, argument_matches, under a named rule set
+(RULE_SETS; "evalpipe" by default): integral numbers exactly, other numbers
+with a relative tolerance of 1e-6, booleans only with booleans, strings in
+text_key form, lists and objects element by element, and the gold forms of
+evalpipe.plans ($any, $optional, $strings). add and multiply accept their two
+operands in either order; the free-text query of search_site matches any
+non-empty query.
 
 Order: a matched step must run in a later turn than every step it references
 (calls of one reply are issued together, before any result is known).
@@ -41,9 +45,22 @@ missing_step, extra_step, order_violation.
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalpipe.plans import (
+    ANY,
+    DEFAULT_STRINGS,
+    OPTIONAL,
+    STRINGS,
+    concrete_arguments,
+    is_form,
+    is_optional,
+    references,
+    resolve_value,
+)
 from evalpipe.scoring.normalize import text_key
 
 REASONS = ("wrong_tool", "wrong_arguments", "missing_step", "extra_step", "order_violation")
@@ -51,6 +68,10 @@ COMMUTATIVE = frozenset({"add", "multiply"})
 FREE_TEXT_ARGUMENTS = frozenset({("search_site", "query")})
 REL_TOL = 1e-6
 _MISSING = object()
+_FREE_TEXT = object()  # any non-empty string
+_MAX_NUMBER_TEXT = 4300  # Python's own limit on int() of a digit string
+_INT_TEXT = re.compile(r"[-+]?\d+")
+_FLOAT_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d{1,6})?")
 
 
 @dataclass(slots=True)
@@ -82,68 +103,127 @@ def executed_calls(turns: list[dict[str, Any]]) -> list[Executed]:
     return out
 
 
-_NUMERIC = (int, float)
-
-
-def _as_number(v: Any) -> float | None:
-    if type(v) in _NUMERIC:
-        return float(v)
-    if isinstance(v, str):
-        try:
-            return float(v.strip())
-        except ValueError:
-            return None
+def _number(v: Any) -> int | float | None:
+    """The number a value stands for: an int or float as it is, a numeric string by
+    its digits (an integer string stays an exact int, however long); None for
+    anything else. Booleans are not numbers."""
+    t = type(v)
+    if t is int or t is float:
+        return v
+    if t is str and len(v) <= _MAX_NUMBER_TEXT:
+        text = v.strip()
+        if _INT_TEXT.fullmatch(text):
+            return int(text)
+        if _FLOAT_TEXT.fullmatch(text):
+            x = float(text)
+            return x if math.isfinite(x) else None
     return None
 
 
-def values_match(got: Any, want: Any) -> bool:
-    """One argument: numbers with a relative tolerance (a numeric string counts as its
-    number), text in text_key form, anything else by equality."""
+def numbers_equal(got: int | float, want: int | float) -> bool:
+    """Integral gold values compare exactly (an id or amount off by one is wrong at
+    any size); the relative tolerance is for non-integer gold values only."""
+    if isinstance(want, int) or not math.isfinite(want) or want.is_integer():
+        return got == want  # exact, also between an int and a float
+    try:
+        return math.isfinite(got) and abs(got - want) <= REL_TOL * max(abs(got), abs(want))
+    except OverflowError:  # an int too large for a float is no near miss of a float
+        return False
+
+
+def _value_matches(got: Any, want: Any, strings: str) -> bool:
     if want is _MISSING:
         return False
-    tw = type(want)
-    if tw in _NUMERIC:
-        if type(got) in _NUMERIC:
-            g = got
-        else:
-            g = _as_number(got)
-            if g is None:
-                return False
-        if g == want:
+    if want is _FREE_TEXT:
+        return isinstance(got, str) and bool(got.strip())
+    if is_form(want):
+        strings = want.get(STRINGS, strings)
+        alternatives = want.get(ANY)
+        if alternatives is None:  # {"$optional": true}: any value
             return True
-        return math.isfinite(g) and abs(g - want) <= REL_TOL * max(abs(g), abs(want))
+        return any(_value_matches(got, a, strings) for a in alternatives)
+    tw, tg = type(want), type(got)
+    if tw is bool or tg is bool:
+        return tw is tg and got == want
+    if tw is int or tw is float:
+        g = _number(got)
+        return g is not None and numbers_equal(g, want)
     if tw is str:
-        if isinstance(got, str):
-            return got == want or text_key(got) == text_key(want)
-        n = _as_number(want)
-        return n is not None and values_match(got, n)
+        if tg is str and (got == want or (strings == "text" and text_key(got) == text_key(want))):
+            return True
+        n, g = _number(want), _number(got)
+        return n is not None and g is not None and numbers_equal(g, n)
+    if tw is list:
+        return tg is list and len(got) == len(want) and all(
+            _value_matches(g, w, strings) for g, w in zip(got, want))
+    if tw is dict:
+        return tg is dict and _object_matches(got, want, strings)
     return got == want
 
 
-def arguments_match(name: str, got: Any, want: dict[str, Any]) -> bool:
-    if not isinstance(got, dict) or set(got) != set(want):
+def _object_matches(got: dict[str, Any], want: dict[str, Any], strings: str) -> bool:
+    """Every required member present, no member the gold does not know, each value matching."""
+    if not set(got) <= set(want) or any(k not in got for k, w in want.items()
+                                        if not is_optional(w)):
         return False
-    if name in COMMUTATIVE and len(want) == 2:
+    return all(_value_matches(v, want[k], strings) for k, v in got.items())
+
+
+def evalpipe_rules(gold: Any, actual: Any, strings: str = DEFAULT_STRINGS) -> bool:
+    """evalpipe's rules: numbers by numbers_equal (a numeric string counts as its
+    number), strings in text_key form (or exactly, with "$strings": "exact"),
+    booleans only equal booleans, lists element by element, objects member by member,
+    gold forms ($any, $optional) as docs/scoring.md describes."""
+    return _value_matches(actual, gold, strings)
+
+
+# Named rule sets a question set may choose; each is (gold, actual, strings) -> bool.
+RULE_SETS: dict[str, Callable[[Any, Any, str], bool]] = {"evalpipe": evalpipe_rules}
+
+
+def argument_matches(gold: Any, actual: Any, *, strings: str = DEFAULT_STRINGS,
+                     rules: str = "evalpipe") -> bool:
+    """One argument value against its resolved gold value (references already replaced
+    by results, see evalpipe.plans.resolve_value), by the named rule set."""
+    return RULE_SETS[rules](gold, actual, strings)
+
+
+def values_match(got: Any, want: Any) -> bool:
+    """One argument by evalpipe's rules (kept for callers that compare scalars)."""
+    return _value_matches(got, want, DEFAULT_STRINGS)
+
+
+def arguments_match(name: str, got: Any, want: dict[str, Any], rules: str = "evalpipe") -> bool:
+    """A call's arguments object against a step's resolved gold arguments."""
+    if not isinstance(got, dict):
+        return False
+    if rules != "evalpipe":
+        return argument_matches(want, got, rules=rules)
+    if name in COMMUTATIVE and len(want) == 2 and set(got) == set(want):
         (k1, w1), (k2, w2) = want.items()
         if values_match(got[k1], w2) and values_match(got[k2], w1):
             return True
-    for key, w in want.items():
-        if (name, key) in FREE_TEXT_ARGUMENTS:
-            if not (isinstance(got[key], str) and got[key].strip()):
-                return False
-        elif not values_match(got[key], w):
-            return False
-    return True
+    if any((name, k) in FREE_TEXT_ARGUMENTS for k in want):
+        want = {k: _FREE_TEXT if (name, k) in FREE_TEXT_ARGUMENTS else w for k, w in want.items()}
+    return _object_matches(got, want, DEFAULT_STRINGS)
 
 
 def _refs(step: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(v[1:] for v in step["arguments"].values()
-                 if isinstance(v, str) and v.startswith("$"))
+    return tuple(sorted(references(step)))
 
 
 def _resolve(step: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
-    return {k: results.get(v[1:], _MISSING) if isinstance(v, str) and v.startswith("$") else v
-            for k, v in step["arguments"].items()}
+    return resolve_value(step["arguments"], results, _MISSING)
+
+
+def _has_missing(value: Any) -> bool:
+    if value is _MISSING:
+        return True
+    if isinstance(value, dict):
+        return any(_has_missing(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_missing(v) for v in value)
+    return False
 
 
 _COMPILED: dict[int, tuple[list[dict[str, Any]], dict[str, tuple[str, ...]], dict[str, Any]]] = {}
@@ -172,10 +252,10 @@ def gold_results(steps: list[dict[str, Any]]) -> dict[str, Any]:
     for step in steps:
         tool = BUILTIN_TOOLS.get(step["name"])
         args = _resolve(step, results)
-        if tool is None or any(v is _MISSING for v in args.values()):
+        if tool is None or _has_missing(args):
             continue
         try:
-            results[step["id"]] = tool.fn(**args)
+            results[step["id"]] = tool.fn(**concrete_arguments(args))
         except (ArithmeticError, TypeError, ValueError):
             pass  # a broken gold plan is the validator's business, not the scorer's
     return results
@@ -193,8 +273,10 @@ def _order_violated(gold: list[dict[str, Any]], refs: dict[str, tuple[str, ...]]
     return False
 
 
-def match_plan(executed: list[Executed], gold: list[dict[str, Any]]) -> PlanResult:
-    """Compare executed calls with a gold plan (a list of steps, possibly empty)."""
+def match_plan(executed: list[Executed], gold: list[dict[str, Any]],
+               rules: str = "evalpipe") -> PlanResult:
+    """Compare executed calls with a gold plan (a list of steps, possibly empty);
+    arguments compare by the named rule set (RULE_SETS)."""
     if not gold:
         if not executed:
             return PlanResult(True, None, None, None)
@@ -220,7 +302,7 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]]) -> PlanResu
         for e in executed:
             if e.position in used or not e.ok or e.name != step["name"]:
                 continue
-            if arguments_match(e.name, e.arguments, want):
+            if arguments_match(e.name, e.arguments, want, rules):
                 if e.turn > dep_turn:
                     best = e
                     break
@@ -259,8 +341,7 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]]) -> PlanResu
     for step in list(open_steps):
         want = _resolve(step, results)
         for e in spare:
-            if isinstance(e.arguments, dict) and set(e.arguments) == set(want) and all(
-                    values_match(e.arguments[k], w) for k, w in want.items()):
+            if arguments_match("", e.arguments, want, rules):  # the arguments alone
                 wrong_tool.append((step, e))
                 spare.remove(e)
                 open_steps.remove(step)
@@ -279,7 +360,7 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]]) -> PlanResu
         sid = step["id"]
         if (sid in by_name and refs[sid] and executed[assigned[sid]].ok
                 and arguments_match(step["name"], executed[assigned[sid]].arguments,
-                                    _resolve(step, results))):
+                                    _resolve(step, results), rules)):
             consistent.add(sid)
 
     reasons: list[str] = []
