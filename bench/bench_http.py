@@ -158,7 +158,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
-    from evalpipe.backends.llamacpp_backend import gguf_path
+    from evalpipe.backends.models import gguf_path
 
     gguf = gguf_path(args.model)
     levels = [int(c) for c in args.concurrency.split(",")]

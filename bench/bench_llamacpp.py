@@ -33,9 +33,9 @@ def run_llamacpp(n: int, threads: int, max_new_tokens: int) -> tuple[float, dict
     llama.cpp died of an illegal instruction on this machine."""
     from llama_cpp import Llama
 
-    from evalpipe.backends.models import ALIASES, _fetch_gguf
+    from evalpipe.backends.models import ALIASES, fetch_gguf
 
-    gguf = _fetch_gguf(ALIASES["smollm2-135m"])
+    gguf = fetch_gguf(ALIASES["smollm2-135m"])
     llm = Llama(model_path=str(gguf), n_ctx=4096, n_threads=threads, n_threads_batch=threads,
                 n_batch=512, verbose=False, seed=0)
     runtime = make_runtime(None, max_new_tokens=max_new_tokens)

@@ -11,15 +11,14 @@ max_turns generations; the next question then takes its place.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings
-from evalpipe.backends.replay import request_key
 from evalpipe.formats.base import Format
+from evalpipe.identity import request_hash, request_key
 from evalpipe.questions import Question
 from evalpipe.records import Generation, ParseResult, Sample, ToolCall, Turn
 from evalpipe.tools.registry import Toolset, result_text
@@ -82,10 +81,6 @@ class _Conversation:
 
     def stop(self, reason: str, error: str | None = None) -> None:
         self.stop_reason, self.error, self.ended = reason, error, time.perf_counter()
-
-
-def request_hash(prompt: str) -> str:
-    return hashlib.sha256(prompt.encode()).hexdigest()[:16]
 
 
 def passages_text(chunks: list[dict[str, Any]]) -> str:

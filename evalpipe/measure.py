@@ -1,6 +1,6 @@
 """Format validity of one model per format, strict and lenient.
 
-    python -m evalpipe.formats.measure [--model smollm2-135m] [--formats hermes,json,xml]
+    evalpipe measure-formats [--model smollm2-135m] [--formats hermes,json,xml]
         [--questions datasets/sample/arithmetic.jsonl ...] [--max-new-tokens 96] [--turns 2]
         [--dump replies.json]
 
@@ -14,15 +14,13 @@ written unless --dump is given (the raw replies, for fixtures).
 
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.backends.base import Backend, GenerationSettings
 from evalpipe.engine import CellRuntime, Engine
 from evalpipe.formats import get_format
-from evalpipe.questions import Question, load_questions
+from evalpipe.questions import Question
 from evalpipe.records import Sample
 from evalpipe.tools import Toolset, build_toolset
 
@@ -104,32 +102,3 @@ def validity(samples: list[Sample], fmt_name: str, toolset: Toolset | None = Non
             out.samples_valid += valid == attempts
             out.samples_valid_strict += valid_strict == attempts
     return out
-
-
-def main(argv: list[str] | None = None) -> None:
-    from evalpipe.backends import load_backend
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--formats", default="hermes,json,xml")
-    parser.add_argument("--questions", nargs="+", default=DEFAULT_QUESTIONS)
-    parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--turns", type=int, default=2)
-    parser.add_argument("--dump", help="write the raw replies per format to this JSON file")
-    args = parser.parse_args(argv)
-    questions = [q for path in args.questions for q in load_questions(path)]
-    backend = load_backend({"id": args.model})
-    report, dump = {}, {}
-    for name in args.formats.split(","):
-        samples = run_format(backend, name, questions, max_new_tokens=args.max_new_tokens,
-                             max_turns=args.turns)
-        report[name] = validity(samples, name).rates()
-        dump[name] = [t["raw"] for s in samples for t in s.turns]
-        print(name, json.dumps(report[name]), flush=True)
-    if args.dump:
-        with open(args.dump, "w", encoding="utf-8") as f:
-            json.dump(dump, f, ensure_ascii=False, indent=1)
-
-
-if __name__ == "__main__":
-    main()

@@ -3,7 +3,7 @@
 The slow tests generate fresh replies with each format's prompt through the
 engine; the others read replies recorded the same way
 (tests/data/smollm2_replies.json, written with
-`python -m evalpipe.formats.measure --dump`), so that the parsers meet real
+`evalpipe measure-formats --dump`), so that the parsers meet real
 model output on every test run, without the model.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from evalpipe.formats import ERROR_KINDS, get_format
-from evalpipe.formats.measure import run_format, validity
+from evalpipe.measure import run_format, validity
 from evalpipe.questions import Question
 from evalpipe.records import ParseResult
 from evalpipe.tools import build_toolset

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from evalpipe.backends.base import GenerationSettings
-from evalpipe.backends.llamacpp_backend import CHATML, ChatTemplate, gguf_path
+from evalpipe.backends.models import gguf_path
+from evalpipe.backends.templates import CHATML, ChatTemplate
 from evalpipe.errors import InputError, ModelUnavailableError
 
 GEN = GenerationSettings(max_new_tokens=32)

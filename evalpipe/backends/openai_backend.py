@@ -143,7 +143,7 @@ class OpenAIBackend(Backend):
         self.tool_choice = tool_choice
         self.template = None
         if mode == "text":
-            from evalpipe.backends.llamacpp_backend import ChatTemplate
+            from evalpipe.backends.templates import ChatTemplate
 
             self.template = ChatTemplate.from_spec(chat_template, stop=stop)
         self.stop = list(stop) if stop is not None else (self.template.stop if self.template

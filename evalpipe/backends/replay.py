@@ -1,8 +1,8 @@
 """Replies from a recorded samples.jsonl, for tests and re-runs without a model.
 
-The prompt of a replay is the canonical JSON of the wire messages and tools,
-so that it does not depend on any tokenizer's chat template; each recorded
-turn is found by the hash of that prompt (Turn.request_hash).
+The prompt of a replay is the request key of evalpipe.identity (canonical JSON
+of the wire messages and tools), so it does not depend on any tokenizer's chat
+template; each recorded turn is found by its hash (Turn.request_hash).
 """
 
 from __future__ import annotations
@@ -12,19 +12,13 @@ from pathlib import Path
 
 from evalpipe.backends.base import Backend, GenerationSettings
 from evalpipe.errors import InputError
+from evalpipe.identity import request_hash, request_key
 from evalpipe.records import Generation
-
-
-def request_key(messages, tools) -> str:
-    return json.dumps({"messages": messages, "tools": tools}, sort_keys=True, ensure_ascii=False)
 
 
 class ReplayBackend(Backend):
     def __init__(self, model_id: str, recording: str | Path):
-        from evalpipe.engine import request_hash
-
         self.model_id = model_id
-        self._hash = request_hash
         self.replies: dict[str, dict] = {}
         path = Path(recording)
         if not path.is_file():
@@ -51,7 +45,7 @@ class ReplayBackend(Backend):
     def generate(self, prompts, settings: GenerationSettings, progress=None):
         out = []
         for prompt in prompts:
-            turn = self.replies.get(self._hash(prompt))
+            turn = self.replies.get(request_hash(prompt))
             if turn is None:
                 out.append(Generation("", finish_reason="error", error="no recorded reply"))
             else:

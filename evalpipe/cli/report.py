@@ -1,27 +1,14 @@
-"""`evalpipe report` and `evalpipe compare` (plugged into evalpipe.cli through COMMANDS)."""
+"""`evalpipe report` and `evalpipe compare`: tables of a run, and the paired gate."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
-from evalpipe.cli import handle_errors
+from evalpipe.cli.common import handle_errors, write_output
 
 FORMATS = ("md", "csv", "latex", "html", "json")
-
-
-def _write(text: str, out: str | None) -> None:
-    if out:
-        path = Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-        click.echo(f"wrote {path}", err=True)
-    else:
-        click.echo(text, nl=False)
 
 
 @click.command()
@@ -78,7 +65,7 @@ def report(run_dir, fmt, out, plots_dir, standalone, max_samples):
         text = render_json(data)
     else:
         text = render_markdown(data)
-    _write(text, out)
+    write_output(text, out)
 
 
 @click.command()
@@ -121,10 +108,8 @@ def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples,
         text = json.dumps(cmp.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n"
     else:
         text = render_text(cmp)
-    _write(text, out)
+    write_output(text, out)
     if fail_on_regression and cmp.regressions:
         click.echo(f"regression gate: {len(cmp.regressions)} metric(s) regressed", err=True)
         sys.exit(1)
 
-
-COMMANDS = [report, compare]

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from evalpipe.cli import DEFAULT_CONFIG, handle_errors
+from evalpipe.cli.common import DEFAULT_CONFIG, handle_errors
 
 
 @click.command()
@@ -41,5 +41,3 @@ def retrieve(config_path, methods, k, question_paths, as_json):
     rows = evaluate_retrievers(questions, chunks, settings, k=k or config.k)
     click.echo(json.dumps(rows, indent=2) if as_json else format_table(rows))
 
-
-COMMANDS = [retrieve]

@@ -70,7 +70,7 @@ def model_dir(model: str = "minilm") -> Path:
 
 
 @lru_cache(maxsize=2)
-def _load(model: str) -> tuple[Any, Any]:
+def load_encoder(model: str) -> tuple[Any, Any]:
     """(tokenizer, model) in eval mode; one copy per process."""
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -105,7 +105,7 @@ class Encoder:
     def encode(self, texts: Sequence[str], batch_size: int = BATCH) -> np.ndarray:
         import torch
 
-        tok, net = _load(self.model)
+        tok, net = load_encoder(self.model)
         out = []
         # Longest first so each batch pads little; the original order is restored below.
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))

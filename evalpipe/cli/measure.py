@@ -1,0 +1,42 @@
+"""`evalpipe measure-formats`: format validity of one model per tool-call format."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from evalpipe.cli.common import handle_errors
+
+
+@click.command("measure-formats")
+@click.option("--model", default="smollm2-135m", show_default=True, help="Model id or alias.")
+@click.option("--formats", default="hermes,json,xml", show_default=True,
+              help="Comma-separated tool-call formats.")
+@click.option("--questions", "question_paths", multiple=True, type=click.Path(exists=True),
+              help="Question files (repeatable). Default: the sample arithmetic and plan sets.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=96, show_default=True)
+@click.option("--turns", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Generations per question.")
+@click.option("--dump", type=click.Path(dir_okay=False),
+              help="Write the raw replies per format to this JSON file (for fixtures).")
+@handle_errors
+def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump):
+    """Run questions through each format (calculator + math tools) and print, per format,
+    the share of tool-call attempts that parsed and validated, lenient and strict."""
+    from evalpipe.backends import load_backend
+    from evalpipe.measure import DEFAULT_QUESTIONS, run_format, validity
+    from evalpipe.questions import load_questions
+
+    questions = [q for path in (question_paths or DEFAULT_QUESTIONS)
+                 for q in load_questions(path)]
+    backend = load_backend({"id": model})
+    replies = {}
+    for name in formats.split(","):
+        samples = run_format(backend, name, questions, max_new_tokens=max_new_tokens,
+                             max_turns=turns)
+        click.echo(f"{name} {json.dumps(validity(samples, name).rates())}")
+        replies[name] = [t["raw"] for s in samples for t in s.turns]
+    if dump:
+        with open(dump, "w", encoding="utf-8") as f:
+            json.dump(replies, f, ensure_ascii=False, indent=1)

@@ -1,0 +1,19 @@
+"""Request identity: what a recorded turn is found by, below the engine and backends.
+
+A request is the canonical JSON of the wire messages and the tools, so it does
+not depend on any tokenizer's chat template; its hash is stored in each turn
+(Turn.request_hash) and looked up by the replay backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+
+def request_key(messages, tools) -> str:
+    return json.dumps({"messages": messages, "tools": tools}, sort_keys=True, ensure_ascii=False)
+
+
+def request_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
