@@ -111,3 +111,54 @@ def test_detectable_difference():
     assert detectable_difference([1.0]) is None
     # more questions, a lower floor
     assert detectable_difference([1, 0] * 200) < detectable_difference(a)
+
+
+# -- compare with repeats ----------------------------------------------------------------------
+
+def _repeat_run(tmp_path, name: str, right: dict[str, list[bool]]):
+    from report_fixtures import Q, base_sample, write_run
+
+    from evalpipe.report.load import load_run
+
+    gold = {q.id: str(q.answer) for q in Q.values()}
+    samples = []
+    for r in range(max(len(v) for v in right.values())):
+        for qid, verdicts in right.items():
+            s = base_sample(qid, gold[qid] if verdicts[r] else "I am not sure.", name)
+            samples.append({**s, "repeat": r, "seed": 100 + r})
+    return load_run(write_run(tmp_path / name, samples, run_id=name))
+
+
+def test_compare_treats_the_question_as_the_unit(tmp_path):
+    from evalpipe.report.compare import compare_runs, render_text
+
+    ids = ["a1", "a2", "a3", "a4", "r1", "r2"]
+    a = _repeat_run(tmp_path, "a", {q: [True, True, True, False] for q in ids})
+    b = _repeat_run(tmp_path, "b", {q: [True, True, True, True] for q in ids})
+    assert a.repeats == 4
+    cmp = compare_runs(a, b, resamples=500)
+    exact = next(m for m in cmp.cells[0].metrics if m.metric == "exact")
+    assert exact.n == 6  # questions, not 24 samples
+    assert exact.a == pytest.approx(0.75) and exact.diff == pytest.approx(0.25)
+    assert exact.p_mcnemar is None  # repeats are not pairs
+    assert exact.noise_floor == pytest.approx(detectable_difference([0.75] * 6, [1.0] * 6))
+    text = render_text(cmp)
+    assert "repeats: 4 in A, 4 in B" in text and "noise floor" in text
+
+
+def test_gate_does_not_count_repeats_as_independent_evidence(tmp_path):
+    # One of six questions goes from always right to always wrong, ten repeats each:
+    # ten lost samples, but one question's worth of evidence; a bootstrap over the
+    # 60 samples as if independent would call it a regression.
+    from evalpipe.report.compare import compare_runs
+
+    ids = ["a1", "a2", "a3", "a4", "r1", "r2"]
+    a = _repeat_run(tmp_path, "a", {q: [True] * 10 for q in ids})
+    b = _repeat_run(tmp_path, "b", {q: [q != "a1"] * 10 for q in ids})
+    cmp = compare_runs(a, b, resamples=2000)
+    exact = next(m for m in cmp.cells[0].metrics if m.metric == "exact")
+    assert exact.diff == pytest.approx(-1 / 6)
+    assert exact.hi == pytest.approx(0.0) and not exact.regression
+    assert cmp.cells[0].right_to_wrong == ["a1"]
+    flat = cluster_bootstrap(np.array([-1.0] * 10 + [0.0] * 50), np.ones(60), 2000, 0)
+    assert flat[1] < 0  # the naive interval excludes zero

@@ -1,10 +1,14 @@
 """Paired comparison of two runs and the regression gate.
 
 Samples are paired by cell (matched on the cell fingerprint, else on the cell id
-with a warning) and question id. Per metric: the difference B - A of the paired
-means, a seeded percentile bootstrap 95% interval that resamples questions
-(pairs; in the pooled row each question is a cluster of its cells), and for
-binary metrics McNemar's exact test (a binomial test on the discordant pairs).
+with a warning) and question id. The question is the unit: with repeats, a
+question's score in a run is the mean over its repeats. Per metric: the
+difference B - A of the paired means, a seeded percentile bootstrap 95% interval
+that resamples questions (clusters: a question's repeats, and in the pooled row
+its cells, stay together), so the interval carries repeat variance; for binary
+metrics without repeats, McNemar's exact test (a binomial test on the discordant
+pairs). The noise floor is the smallest difference the two runs' sizes and
+spreads could detect (scoring.stats.detectable_difference).
 
 The gate: a metric regresses when the drop is larger than the threshold AND the
 whole interval lies below zero: diff < -threshold and hi < 0.
@@ -20,7 +24,7 @@ import numpy as np
 
 from evalpipe.errors import InputError
 from evalpipe.report.load import RunData
-from evalpipe.scoring.stats import cluster_bootstrap
+from evalpipe.scoring.stats import cluster_bootstrap, detectable_difference
 
 METRICS = ("exact", "format_valid", "plan_exact", "recall@k")
 BINARY = {"exact", "format_valid", "plan_exact"}
@@ -66,6 +70,7 @@ class MetricDiff:
     b_only: int | None = None  # wrong in A, right in B
     regression: bool = False
     improvement: bool = False
+    noise_floor: float | None = None  # smallest difference detectable at this size
 
 
 @dataclass
@@ -101,6 +106,8 @@ class Comparison:
     questions_only_a: list[str]
     questions_only_b: list[str]
     questions_changed: list[str]
+    repeats_a: int = 1
+    repeats_b: int = 1
 
     @property
     def regressions(self) -> list[tuple[str, MetricDiff]]:
@@ -218,14 +225,24 @@ def _value(s: dict[str, Any], metric: str) -> float | None:
 
 # -- the comparison ----------------------------------------------------------------------------
 
-def _metric_diffs(pairs: list[tuple[str, dict, dict]], threshold: float, resamples: int,
+def _mean_value(samples: list[dict[str, Any]], metric: str) -> float | None:
+    """A question's score in one run: the mean over its repeats that have a value."""
+    values = [v for v in (_value(s, metric) for s in samples) if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+Pair = tuple[str, list[dict], list[dict]]  # question id, its repeats in A, its repeats in B
+
+
+def _metric_diffs(pairs: list[Pair], threshold: float, resamples: int,
                   seed: int, metrics: tuple[str, ...] = METRICS) -> list[MetricDiff]:
     out = []
+    single = all(len(la) == 1 and len(lb) == 1 for _, la, lb in pairs)
     for metric in metrics:
         per_q: dict[str, list[float]] = {}
         va, vb = [], []
-        for qid, sa, sb in pairs:
-            xa, xb = _value(sa, metric), _value(sb, metric)
+        for qid, la, lb in pairs:
+            xa, xb = _mean_value(la, metric), _mean_value(lb, metric)
             if xa is None or xb is None:
                 continue
             va.append(xa)
@@ -241,8 +258,9 @@ def _metric_diffs(pairs: list[tuple[str, dict, dict]], threshold: float, resampl
         counts = np.array([len(v) for v in per_q.values()])
         ci = cluster_bootstrap(sums, counts, resamples, seed)
         lo, hi = ci if ci else (None, None)
-        md = MetricDiff(metric, n, a_mean, b_mean, diff, lo, hi)
-        if metric in BINARY:
+        md = MetricDiff(metric, n, a_mean, b_mean, diff, lo, hi,
+                        noise_floor=detectable_difference(va, vb))
+        if metric in BINARY and single:  # McNemar pairs single verdicts, not repeats
             arr_a, arr_b = np.array(va) > 0.5, np.array(vb) > 0.5
             md.a_only = int(np.sum(arr_a & ~arr_b))
             md.b_only = int(np.sum(~arr_a & arr_b))
@@ -253,29 +271,33 @@ def _metric_diffs(pairs: list[tuple[str, dict, dict]], threshold: float, resampl
     return out
 
 
-def _cell_comparison(a_cell: str, b_cell: str, how: str, pairs: list[tuple[str, dict, dict]],
+def _cell_comparison(a_cell: str, b_cell: str, how: str, pairs: list[Pair],
                      n_infra: int, threshold: float, resamples: int, seed: int
                      ) -> CellComparison:
     cc = CellComparison(a_cell, b_cell, how, len(pairs), n_infra,
                         _metric_diffs(pairs, threshold, resamples, seed))
-    suites = sorted({sa.get("suite") or "" for _, sa, _ in pairs})
+    suites = sorted({la[0].get("suite") or "" for _, la, _ in pairs})
     if len(suites) > 1:
         for suite in suites:
-            sub = [p for p in pairs if (p[1].get("suite") or "") == suite]
+            sub = [p for p in pairs if (p[1][0].get("suite") or "") == suite]
             md = _metric_diffs(sub, threshold, resamples, seed, metrics=("exact",))[0]
             md.regression = md.improvement = False
             cc.by_suite.append((suite, md))
     moves: Counter = Counter()
-    for qid, sa, sb in pairs:
-        label = qid if how != "pooled" else f"{sb['cell_id']}:{qid}"
-        if sa.get("exact") and not sb.get("exact"):
+    for qid, la, lb in pairs:
+        label = qid if how != "pooled" else f"{lb[0]['cell_id']}:{qid}"
+        # with repeats a question is right when most of its repeats are
+        right_a = (_mean_value(la, "exact") or 0) > 0.5
+        right_b = (_mean_value(lb, "exact") or 0) > 0.5
+        if right_a and not right_b:
             cc.right_to_wrong.append(label)
-        elif not sa.get("exact") and sb.get("exact"):
+        elif not right_a and right_b:
             cc.wrong_to_right.append(label)
-        if sa.get("category") != sb.get("category"):
-            moves[(sa.get("category"), sb.get("category"))] += 1
-        else:
-            cc.unchanged_categories += 1
+        for sa, sb in zip(la, lb):  # repeat i of A against repeat i of B
+            if sa.get("category") != sb.get("category"):
+                moves[(sa.get("category"), sb.get("category"))] += 1
+            else:
+                cc.unchanged_categories += 1
     cc.category_moves = [(f, t, n) for (f, t), n in
                          sorted(moves.items(), key=lambda kv: (-kv[1], kv[0]))]
     return cc
@@ -296,20 +318,21 @@ def compare_runs(a: RunData, b: RunData, *, threshold: float = 0.02, strict: boo
         warnings.append(f"scorer versions differ ({a.scores.get('scorer_version')} vs "
                         f"{b.scores.get('scorer_version')}); re-score both with `evalpipe "
                         "score` for a like-for-like comparison")
-    sa_all, sb_all = a.scored_by_key(), b.scored_by_key()
+    sa_all, sb_all = a.scored_by_question(), b.scored_by_question()
     cells = []
-    pooled_pairs: list[tuple[str, dict, dict]] = []
+    pooled_pairs: list[Pair] = []
     pooled_infra = 0
     for ca, cb, how in matches:
         pairs, infra = [], 0
         for qid in shared:
-            sa, sb = sa_all.get((ca, qid)), sb_all.get((cb, qid))
-            if sa is None or sb is None:
+            la, lb = sa_all.get((ca, qid)), sb_all.get((cb, qid))
+            if la is None or lb is None:
                 continue
-            if sa.get("infra") or sb.get("infra"):
-                infra += 1
-                continue
-            pairs.append((qid, sa, sb))
+            kept_a = [s for s in la if not s.get("infra")]
+            kept_b = [s for s in lb if not s.get("infra")]
+            infra += max(len(la) - len(kept_a), len(lb) - len(kept_b))
+            if kept_a and kept_b:
+                pairs.append((qid, kept_a, kept_b))
         if infra:
             warnings.append(f"cell {cb!r}: {infra} pair(s) left out for infrastructure errors")
         cells.append(_cell_comparison(ca, cb, how, pairs, infra, threshold, resamples, seed))
@@ -320,7 +343,8 @@ def compare_runs(a: RunData, b: RunData, *, threshold: float = 0.02, strict: boo
         pooled = _cell_comparison(POOLED, POOLED, "pooled", pooled_pairs, pooled_infra,
                                   threshold, resamples, seed)
     return Comparison(a.run_id, b.run_id, str(a.path), str(b.path), a.k, threshold, resamples,
-                      seed, warnings, cells, pooled, len(shared), only_a, only_b, changed)
+                      seed, warnings, cells, pooled, len(shared), only_a, only_b, changed,
+                      repeats_a=a.repeats, repeats_b=b.repeats)
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -355,13 +379,24 @@ def _metric_rows(cc: CellComparison, k: int) -> list[list[str]]:
             continue
         ci = f"[{_pct(m.lo, True)}, {_pct(m.hi, True)}]"
         flips = "-" if m.a_only is None else f"{m.a_only}/{m.b_only}"
-        rows.append([name, str(m.n), _pct(m.a), _pct(m.b), _pct(m.diff, True), ci, flips,
-                     _p(m), verdict])
+        rows.append([name, str(m.n), _pct(m.a), _pct(m.b), _pct(m.diff, True), ci,
+                     _pct(m.noise_floor), flips, _p(m), verdict])
     return rows
 
 
-HEADER = ["metric", "n", "A %", "B %", "diff pts", "95% CI", "lost/gained", "McNemar p",
-          "verdict"]
+HEADER = ["metric", "n", "A %", "B %", "diff pts", "95% CI", "noise floor", "lost/gained",
+          "McNemar p", "verdict"]
+
+
+def _unit_line(cmp: Comparison) -> str:
+    """How the questions were resampled, and the noise floor's meaning."""
+    if cmp.repeats_a == 1 and cmp.repeats_b == 1:
+        unit = "one sample per question in each run"
+    else:
+        unit = (f"repeats: {cmp.repeats_a} in A, {cmp.repeats_b} in B; the question is the "
+                "unit (cluster bootstrap over questions, repeats inside)")
+    return (f"{unit}; noise floor: the smallest difference (pts) detectable at this size "
+            "(5% two-sided, 80% power)")
 
 
 def _ids(ids: list[str], limit: int = 30) -> str:
@@ -373,7 +408,7 @@ def render_text(cmp: Comparison) -> str:
     out = [f"A: {cmp.run_a} ({cmp.path_a})", f"B: {cmp.run_b} ({cmp.path_b})",
            (f"paired over {cmp.questions_shared} shared questions; bootstrap {cmp.resamples} "
             f"resamples, seed {cmp.seed}; gate: diff < -{100 * cmp.threshold:.1f} pts and "
-            "upper 95% bound < 0")]
+            "upper 95% bound < 0"), _unit_line(cmp)]
     for w in cmp.warnings:
         out.append(f"warning: {w}")
     for cc in cmp.cells + ([cmp.pooled] if cmp.pooled else []):
@@ -419,7 +454,7 @@ def render_markdown(cmp: Comparison) -> str:
             f"percentage points with a paired bootstrap 95% interval ({cmp.resamples} "
             f"resamples, seed {cmp.seed}); McNemar's exact test for binary metrics. A metric "
             f"regresses when it drops more than {100 * cmp.threshold:.1f} points and the whole "
-            "interval is below zero.\n")]
+            "interval is below zero.\n"), f"{_unit_line(cmp).capitalize()}.\n"]
     if cmp.warnings:
         out.append("**Warnings**\n")
         out += [f"- {esc(w)}" for w in cmp.warnings]

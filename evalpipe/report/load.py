@@ -26,7 +26,8 @@ class RunData:
     samples: list[dict[str, Any]]
     scores: dict[str, Any]
     rescored: bool = False  # scores computed here because scores.json was missing
-    _by_key: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict, repr=False)
+    _by_key: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict,
+                                                                 repr=False)
 
     @property
     def run_id(self) -> str:
@@ -47,11 +48,19 @@ class RunData:
     def cell_info(self, cell_id: str) -> dict[str, Any]:
         return (self.manifest.get("cells") or {}).get(cell_id) or {}
 
-    def scored_by_key(self) -> dict[tuple[str, str], dict[str, Any]]:
+    def scored_by_question(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        """(cell_id, question_id) -> its scored samples, one per repeat, in repeat order."""
         if not self._by_key:
-            self._by_key = {(s["cell_id"], s["question_id"]): s
-                            for s in self.scores.get("samples", [])}
+            for s in self.scores.get("samples", []):
+                self._by_key.setdefault((s["cell_id"], s["question_id"]), []).append(s)
+            for samples in self._by_key.values():
+                samples.sort(key=lambda s: s.get("repeat") or 0)
         return self._by_key
+
+    @property
+    def repeats(self) -> int:
+        """The most repeats any cell x question has (1 for a run without repeats)."""
+        return max((len(v) for v in self.scored_by_question().values()), default=1)
 
 
 def load_run(path: str | Path) -> RunData:
