@@ -162,3 +162,18 @@ def test_gate_does_not_count_repeats_as_independent_evidence(tmp_path):
     assert cmp.cells[0].right_to_wrong == ["a1"]
     flat = cluster_bootstrap(np.array([-1.0] * 10 + [0.0] * 50), np.ones(60), 2000, 0)
     assert flat[1] < 0  # the naive interval excludes zero
+
+
+def test_report_shows_repeats_and_flipping_questions(tmp_path):
+    from evalpipe.report.build import build_report
+    from evalpipe.report.html import render_html
+    from evalpipe.report.render import render_markdown
+
+    run = _repeat_run(tmp_path, "a", {"a1": [True, False, True], "a2": [True] * 3,
+                                      "r1": [False] * 3})
+    data = build_report(run)
+    (row,) = data["repeats"]
+    assert row["repeats"] == 3 and row["flipping"] == ["a1"]
+    md = render_markdown(data)
+    assert "## Repeats" in md and "pass^3" in md and "flipping in" in md and "a1" in md
+    assert "Questions that flip" in render_html(run, data)

@@ -51,7 +51,8 @@ def suites_of(run: RunData) -> list[str]:
 
 
 def build_report(run: RunData) -> dict[str, Any]:
-    """{run_id, k, suites, cells, accuracy, categories, cost} (see docs/reports.md)."""
+    """{run_id, k, suites, cells, accuracy, categories, cost, repeats, audit}
+    (see docs/reports.md)."""
     k = run.k
     cells = run.cells()
     groups = {(g["cell_id"], g["suite"]): g for g in run.scores["groups"]}
@@ -113,7 +114,11 @@ def build_report(run: RunData) -> dict[str, Any]:
             row["ratios"][f] = (mine / theirs) if (mine is not None and theirs) else None
         cost.append(row)
 
+    # pass@k, pass^k, flips and the noise floor of each cell (scoring/repeats.py)
+    repeats = [{"cell_id": c, **groups[(c, "all")]["repeats"]} for c in cells
+               if (groups.get((c, "all")) or {}).get("repeats")]
+
     return {"run_id": run.run_id, "k": k, "scorer_version": run.scores.get("scorer_version"),
             "rescored": run.rescored, "suites": suites, "cells": cell_rows,
             "category_order": order, "accuracy": accuracy, "categories": categories,
-            "cost": cost}
+            "cost": cost, "repeats": repeats, "audit": run.audit}

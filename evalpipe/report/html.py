@@ -14,7 +14,8 @@ from typing import Any
 
 from evalpipe.report.build import MAIN_METRICS, metric_label
 from evalpipe.report.load import RunData
-from evalpipe.report.render import accuracy_grid, category_grid, cost_grid
+from evalpipe.report.render import accuracy_grid, audit_grid, category_grid, cost_grid, \
+    repeats_grid
 from evalpipe.scoring.retrieval_metrics import covers
 
 PAGE_SIZE = 200
@@ -267,15 +268,34 @@ def render_html(run: RunData, data: dict[str, Any], plots: dict[str, bytes] | No
     cat_html = _table_html(header, rows, "categories")
     header, rows = cost_grid(data)
     cost_html = _table_html(header, rows, "cost")
+    noise_html = ""
+    if any(r["repeats"] > 1 for r in data.get("repeats") or []):
+        header, rows = repeats_grid(data)
+        flips = "".join(f"<li>{html.escape(r['cell_id'])}: "
+                        f"{html.escape(', '.join(r['flipping']))}</li>"
+                        for r in data["repeats"] if r["flipping"])
+        noise_html += ("<h3>Repeats</h3><p>pass^k: all of k repeats right; pass@k: at least "
+                       "one; flip rate: questions whose repeats disagree; noise floor: the "
+                       "smallest detectable difference in exact match.</p>"
+                       + _table_html(header, rows, "repeats")
+                       + (f"<p>Questions that flip:</p><ul>{flips}</ul>" if flips else ""))
+    if data.get("audit"):
+        header, rows = audit_grid(data)
+        noise_html += ("<h3>Determinism audit</h3><p>Recorded turns generated again: share "
+                       "with the same reply and the same verdict.</p>"
+                       + _table_html(header, rows, "audit"))
     plot_html = "".join(
         f'<figure><img class="plot" alt="{html.escape(name)}" '
         f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}"></figure>'
         for name, png in (plots or {}).items()) or "<p>No plots (matplotlib not installed).</p>"
 
-    by_key = {(s.get("cell_id"), s.get("question_id")): s for s in run.samples}
+    def key(s):
+        return s.get("cell_id"), s.get("question_id"), s.get("repeat") or 0
+
+    by_key = {key(s): s for s in run.samples}
     scored = run.scores.get("samples", [])
     kept = scored if max_samples is None else scored[:max_samples]
-    views = [sample_view(sc, by_key.get((sc["cell_id"], sc["question_id"])),
+    views = [sample_view(sc, by_key.get(key(sc)),
                          run.questions.get(sc["question_id"])) for sc in kept]
     left_out = (f'<p class="bad">The browser holds the first {len(kept)} of {len(scored)} '
                 "samples (--max-samples); the tables cover all of them.</p>"
@@ -299,6 +319,7 @@ Scorer version {html.escape(str(data.get('scorer_version')))}.</p>
 <section id="cost"><h2>Cost per sample (means)</h2>
 <p>x columns: ratio to the cell of the same model without tools and retrieval.</p>
 {cost_html}</section>
+{f'<section id="noise"><h2>Noise</h2>{noise_html}</section>' if noise_html else ''}
 <section id="plots"><h2>Plots</h2>{plot_html}</section>
 <section id="browser"><h2>Samples</h2>{left_out}
 <div class="filters">

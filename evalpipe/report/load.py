@@ -26,6 +26,7 @@ class RunData:
     samples: list[dict[str, Any]]
     scores: dict[str, Any]
     rescored: bool = False  # scores computed here because scores.json was missing
+    audit: dict[str, Any] | None = None  # audit.json, written by `evalpipe audit`
     _by_key: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict,
                                                                  repr=False)
 
@@ -82,7 +83,8 @@ def load_run(path: str | Path) -> RunData:
         if key not in scores:
             raise InputError(f"scores.json has no '{key}'", file=str(store.path / "scores.json"),
                              expected="the output of `evalpipe score`")
-    return RunData(store.path, manifest, questions, samples, scores, rescored)
+    audit = store.read_json("audit.json") if (store.path / "audit.json").is_file() else None
+    return RunData(store.path, manifest, questions, samples, scores, rescored, audit)
 
 
 def score_in_memory(manifest: dict[str, Any], questions: dict[str, Question],

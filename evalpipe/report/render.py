@@ -92,6 +92,39 @@ def cost_grid(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def repeats_grid(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """pass^k for every k, pass@N, flip rate and noise floor per cell (suite all)."""
+    most = max((r["repeats"] for r in data.get("repeats") or []), default=1)
+    header = ["cell", "repeats", *[f"pass^{k}" for k in range(1, most + 1)],
+              f"pass@{most}", "flip rate", "noise floor pts"]
+    rows = []
+    for r in data.get("repeats") or []:
+        hat = [fmt_metric(r["pass^k"].get(str(k)), False) for k in range(1, most + 1)]
+        floor = r.get("noise_floor")
+        rows.append([r["cell_id"], str(r["repeats"]), *hat,
+                     fmt_metric(r["pass@k"].get(str(most)), False),
+                     fmt_metric(r.get("flip_rate")), fmt_float(100 * floor if _num(floor)
+                                                               else None)])
+    return header, rows
+
+
+def audit_grid(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Share of identical replies and verdicts per cell and audit condition."""
+    audit = data.get("audit") or {}
+    names = [c["name"] for c in audit.get("conditions", [])]
+    header = ["cell", "turns", *[f"{n}: {what}" for n in names for what in
+                                  ("same reply", "same verdict")]]
+    rows = []
+    for c in audit.get("cells", []):
+        values = []
+        for n in names:
+            res = c["results"].get(n) or {}
+            values += [fmt_metric(res.get("identical_replies")),
+                       fmt_metric(res.get("identical_verdicts"))]
+        rows.append([c["cell_id"], str(c["turns"]), *values])
+    return header, rows
+
+
 # -- Markdown ----------------------------------------------------------------------------------
 
 def _md_escape(text: str) -> str:
@@ -124,6 +157,37 @@ def render_markdown(data: dict[str, Any]) -> str:
     out.append("`x` columns: this cell's mean divided by the mean of its baseline, the cell "
                "of the same model without tools and without retrieval.\n")
     out.append(markdown_table(header, [[_md_escape(c) for c in r] for r in rows]))
+    if any(r["repeats"] > 1 for r in data.get("repeats") or []):
+        header, rows = repeats_grid(data)
+        out.append("## Repeats (suite all)\n")
+        out.append("pass^k: all of k repeats right; pass@k: at least one; unbiased estimates "
+                   "from every question's repeats, with a t interval over questions. Flip rate: "
+                   "share of questions whose repeats disagree. Noise floor: the smallest "
+                   "difference in exact match a second run of this size could be told apart "
+                   "from (5% two-sided, 80% power).\n")
+        out.append(markdown_table(header, [[_md_escape(c) for c in r] for r in rows]))
+        for r in data["repeats"]:
+            if r["flipping"]:
+                out.append(f"- flipping in `{r['cell_id']}` ({len(r['flipping'])}): "
+                           + _md_escape(", ".join(r["flipping"])))
+        out.append("")
+    elif data.get("repeats"):
+        floors = [f"{r['cell_id']}: {100 * r['noise_floor']:.1f}" for r in data["repeats"]
+                  if _num(r.get("noise_floor"))]
+        if floors:
+            out.append("Noise floor (smallest difference in exact match, in points, that a "
+                       "second run of this size could be told apart from): "
+                       + _md_escape("; ".join(floors)) + "\n")
+    if data.get("audit"):
+        header, rows = audit_grid(data)
+        audit = data["audit"]
+        out.append("## Determinism audit\n")
+        out.append(f"{audit.get('turns', 0)} recorded turns generated again "
+                   "(`evalpipe audit`): share whose reply, and whose verdict (the calls "
+                   "parsed, or the answer's exact match), equal the recorded ones.\n")
+        out.append(markdown_table(header, [[_md_escape(c) for c in r] for r in rows]))
+        for note in audit.get("skipped", []):
+            out.append(f"- {_md_escape(note)}")
     return "\n".join(out)
 
 
