@@ -40,7 +40,7 @@ def values(text: str, lang: str = "en") -> list:
     ("1.234", "vi", 1234),                          # vi: dot groups thousands
     ("1.234", "en", 1.234),
     ("1234,5", "vi", 1234.5),
-    ("1.5e3", "en", 1500.0),
+    ("1.5e3", "en", 1500),                          # integral: read as an exact int
     ("The answer is 294.", "en", 294),
     ("Kết quả là 294.", "vi", 294),
     ("(12 + 30) × 7 = 294", "vi", 294),

@@ -90,18 +90,26 @@ def make_gold(answer: Any, answer_type: str, aliases: list[str], lang: str) -> G
     return Gold(answer_type, lang, number, decimals, keys, loose)
 
 
-def numbers_match(got: float, decimals: int, gold: Gold) -> bool:
-    """One number read from a reply (with the decimals it was written with) against the gold."""
+def numbers_match(got: int | float, decimals: int, gold: Gold) -> bool:
+    """One number read from a reply (with the decimals it was written with) against the
+    gold. Never raises: a number beyond float range (1e400, a 5,000-digit integer,
+    read as inf) matches only an integer gold it equals exactly."""
     want = gold.number
     if want is None:
         return False
-    got_integral = isinstance(got, int) or (math.isfinite(got) and float(got).is_integer())
-    if isinstance(want, int) and got_integral:
-        return int(got) == want
-    if not math.isfinite(got):
+    if isinstance(got, int) and isinstance(want, int):
+        return got == want
+    try:
+        got_integral = isinstance(got, int) or (math.isfinite(got) and got.is_integer())
+        if isinstance(want, int) and got_integral:
+            return int(got) == want
+        got = float(got)
+        if not math.isfinite(got):
+            return False
+        if abs(got - want) <= REL_TOL * max(abs(got), abs(want)):
+            return True
+    except OverflowError:  # an int beyond float range is no near miss of a float
         return False
-    if abs(got - want) <= REL_TOL * max(abs(got), abs(want)):
-        return True
     if decimals >= MIN_ROUNDED_DECIMALS and gold.number_decimals > decimals:
         return abs(got - want) <= 0.5 * 10.0 ** -decimals * (1 + 1e-9)
     return False
@@ -120,8 +128,12 @@ def _number_match(reply: str, reply_key: str, gold: Gold) -> AnswerMatch:
         or (n.alt is not None and numbers_match(n.alt, 0 if isinstance(n.alt, int) else 3, gold))
         for n in numbers)
     abstained = abstain_phrase(reply_key) is not None
-    return AnswerMatch(exact, strict, lenient, last.value if last else None, abstained, words,
-                       reply_key)
+    extracted = None if last is None else last.value
+    if isinstance(extracted, float) and not math.isfinite(extracted):
+        # beyond float range: report it as written (clipped), since JSON has no inf
+        written = reply[last.start:last.end]
+        extracted = written if len(written) <= 40 else written[:40] + "..."
+    return AnswerMatch(exact, strict, lenient, extracted, abstained, words, reply_key)
 
 
 def _text_match(reply_key: str, gold: Gold) -> AnswerMatch:

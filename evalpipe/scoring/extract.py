@@ -24,15 +24,20 @@ numbers; they raise the number_words flag.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from dataclasses import dataclass
+from decimal import Decimal
 
 from evalpipe.scoring.normalize import strip_diacritics, text_key
 
 _SPACES = "\u0020\u00a0\u2009\u202f"
 _NUMBER_RUN = re.compile(r"\d+(?:[.," + _SPACES + r"]\d+)*")
 _EXPONENT = re.compile(r"[eE]([-+]?\d+)(?!\w)")
+# Python refuses int() of longer digit strings; such a number is read as infinite
+# (larger than any gold) rather than raising.
+MAX_DIGITS = 4300
 _MINUS = "-\u2212"
 _SPACE_RE = re.compile("[" + _SPACES + "]")
 _SEP_RE = re.compile(r"[.,]")
@@ -49,11 +54,28 @@ class Number:
 
 
 def _to_value(integer: str, fraction: str, sign: str) -> tuple[int | float, int]:
-    if not fraction:
-        value: int | float = int(integer)
+    if len(integer) > MAX_DIGITS:
+        value: int | float = math.inf
+    elif not fraction:
+        value = int(integer)
     else:
         value = float(f"{integer}.{fraction}")
     return (-value if sign else value), len(fraction)
+
+
+def _scaled(value: int | float, exponent: str) -> tuple[int | float, None, int]:
+    """value x 10^exponent, read exactly: an int when integral and of bounded size,
+    else the nearest float (inf or 0.0 beyond float range; never raises)."""
+    if not math.isfinite(value) or value == 0:
+        return value, None, 0
+    if len(exponent.lstrip("+-")) > 6:  # beyond any float: infinite or zero
+        return (0.0 if exponent.startswith("-") else math.copysign(math.inf, value)), None, 0
+    scaled = Decimal(f"{value!r}E{exponent}")
+    if scaled.adjusted() >= MAX_DIGITS:
+        return float(scaled), None, 0
+    if scaled == scaled.to_integral_value():
+        return int(scaled), None, 0
+    return float(scaled), None, -scaled.normalize().as_tuple().exponent
 
 
 def _grouped(first: str, rest: list[str]) -> bool:
@@ -139,6 +161,7 @@ def extract_numbers(text: str, lang: str = "en") -> list[Number]:
     if not text:
         return []
     numbers: list[Number] = []
+    consumed = 0
     for m in _NUMBER_RUN.finditer(text):
         start, end = m.span()
         sign = ""
@@ -150,16 +173,17 @@ def extract_numbers(text: str, lang: str = "en") -> list[Number]:
                                                       or text[start - 2] in _MINUS)):
                 sign = "-"
                 start -= 1
+        if start < consumed:
+            continue  # the digits of an exponent already read ("2.5E-3")
         run = m.group()
-        if run.isdigit():  # the common case: no separator
+        if run.isdigit() and len(run) <= MAX_DIGITS:  # the common case: no separator
             parsed = [(-int(run) if sign else int(run), None, 0)]
         else:
             parsed = _parse_run(run, sign, lang)
         exponent = _EXPONENT.match(text, end) if end < len(text) else None
         if exponent is not None and len(parsed) == 1:
-            value = float(parsed[0][0]) * 10.0 ** int(exponent.group(1))
-            parsed = [(value, None, 0 if value.is_integer() else 15)]
-            end = exponent.end()
+            parsed = [(*_scaled(parsed[0][0], exponent.group(1)),)]
+            end = consumed = exponent.end()
         for value, alt, decimals in parsed:
             numbers.append(Number(value, alt, decimals, start, end))
     return numbers
