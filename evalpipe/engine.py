@@ -19,6 +19,7 @@ from typing import Any
 from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings
 from evalpipe.formats.base import Format
 from evalpipe.identity import request_hash, request_key
+from evalpipe.prompts import BlockWriter
 from evalpipe.questions import Question
 from evalpipe.records import Generation, ParseResult, Sample, ToolCall, Turn
 from evalpipe.tools.registry import Toolset, result_text
@@ -74,6 +75,7 @@ class _Conversation:
     ended: float = 0.0
     prompt: str = ""  # the turn waiting for the model, and its backend-independent form
     request: str = ""
+    blocks: list[str] = field(default_factory=list)  # the prompt as stored (evalpipe.prompts)
 
     @property
     def done(self) -> bool:
@@ -106,6 +108,7 @@ class Engine:
         done: dict[int, Sample] = {}
         released = 0
         schemas = cell.toolset.schemas()
+        blocks = BlockWriter()  # each prompt block's text goes into the first sample using it
 
         def submit(key: int, c: _Conversation) -> None:
             wire, template_tools = cell.fmt.prepare(c.messages, schemas,
@@ -113,6 +116,7 @@ class Engine:
             c.prompt = cell.backend.render(wire, template_tools)
             # The backend-independent form of the prompt, which replay looks replies up by.
             c.request = request_key(wire, template_tools)
+            c.blocks = blocks.add(c.prompt)
             session.submit(key, c.prompt)
 
         def open_next() -> None:
@@ -140,7 +144,9 @@ class Engine:
                 progress(ended)
             ready = []
             while released in done:
-                ready.append(done.pop(released))
+                sample = done.pop(released)
+                sample.prompt_text = blocks.claim(sample.turns)
+                ready.append(sample)
                 released += 1
             if ready:
                 yield ready
@@ -163,7 +169,8 @@ class Engine:
             prompt_chars=len(c.prompt), raw=recorded(gen.text), calls=[], parse_errors=[], repaired=False,
             prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
             prefill_ms=gen.prefill_ms, decode_ms=gen.decode_ms, finish_reason=gen.finish_reason,
-            cached=gen.cached)
+            cached=gen.cached, prefix_tokens=gen.prefix_tokens,
+            prefill_compute_ms=gen.prefill_compute_ms, prompt_blocks=c.blocks)
         if gen.finish_reason == "error":
             c.turns.append(record.to_dict())
             c.stop("infra_error", gen.error)

@@ -68,6 +68,8 @@ class Generation:
     tool_calls: list[ToolCall] | None = None  # structured calls (openai backend)
     error: str | None = None
     cached: bool = False
+    prefix_tokens: int = 0  # prompt tokens served from the shared-prefix store
+    prefill_compute_ms: float | None = None  # share of batched prefill time; None: unknown
 
 
 @dataclass
@@ -107,6 +109,9 @@ class Turn:
     request_hash: str = ""  # hash of the wire messages + tools, independent of the template
     tool_events: list[dict[str, Any]] = field(default_factory=list)
     strict_errors: list[dict[str, Any]] = field(default_factory=list)
+    prefix_tokens: int = 0  # prompt tokens served from the shared-prefix store
+    prefill_compute_ms: float | None = None  # share of batched prefill time; None: unknown
+    prompt_blocks: list[str] = field(default_factory=list)  # the exact prompt (evalpipe.prompts)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,6 +149,11 @@ class Sample:
     stop_reason: str  # answered | turn_limit | length | infra_error
     error: str | None = None
     wall_ms: float = 0.0
+    repeat: int = 0  # with cell_id and question_id, the sample's identity
+    seed: int | None = None  # the repeat's sampling seed; None when decoding was greedy
+    # Text of the prompt blocks this sample's turns are the first in the file to use
+    # (block id -> text); see evalpipe.prompts.
+    prompt_text: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

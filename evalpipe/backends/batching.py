@@ -56,6 +56,11 @@ class RowResult:
     prefill_ms: float  # from the row's admission to its first token
     decode_ms: float  # from its first token to its last
     error: str | None = None
+    # Batching-independent cost: prompt tokens served from the shared prefix (computed
+    # once, not for this row), and this row's share of the prefill forwards it was part
+    # of (a batched prefill's time split by the tokens each row contributed).
+    prefix_tokens: int = 0
+    prefill_compute_ms: float = 0.0
 
 
 @dataclass
@@ -67,6 +72,8 @@ class _Row:
     out: list[int] = field(default_factory=list)
     stopped: bool = False
     rng: torch.Generator | None = None
+    prefix_tokens: int = 0
+    compute_ms: float = 0.0
 
 
 def _cache_classes():
@@ -221,6 +228,7 @@ class BatchGenerator:
         # Rows attend to the shared prefix without a copy of it where the model allows.
         self.shared_attention = supported(model) and prefix_attention.install(model)
         self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_steps": 0}
+        self.last_prefix_ms = 0.0  # compute time of the last prefix prefilled (0 if stored)
 
     # -- sizes -------------------------------------------------------------------------------
     @property
@@ -269,6 +277,7 @@ class BatchGenerator:
         if found is not None and len(found[0]) == len(prefix):
             self.store.hits += 1
             self.stats["reused_tokens"] += len(prefix)
+            self.last_prefix_ms = 0.0
             return found[1]
         start = 0
         layers = self._empty_layers(1, len(prefix))
@@ -285,7 +294,9 @@ class BatchGenerator:
         ids = torch.tensor([prefix[start:]], device=self.device)
         mask = torch.ones(1, len(prefix), dtype=torch.long, device=self.device)
         pos = torch.arange(start, len(prefix), device=self.device)[None]
+        t0 = time.perf_counter()
         self._forward(layers, ids, mask, pos)
+        self.last_prefix_ms = (time.perf_counter() - t0) * 1000
         self.stats["prefilled_tokens"] += len(prefix) - start
         kv = [(layer.buf_k[:, :, : layer.length].clone(), layer.buf_v[:, :, : layer.length].clone())
               for layer in layers]
@@ -324,7 +335,11 @@ class BatchGenerator:
                 layer.buf_v[:, :, :copied] = v
                 layer.length = copied
                 layer._view()
+        t0 = time.perf_counter()
         logits = self._forward(layers, ids, mask, pos, state)
+        _share(rows, (time.perf_counter() - t0) * 1000, [len(s) for s in suffixes])
+        for r in rows:
+            r.prefix_tokens = prefix_len
         self.stats["prefilled_tokens"] += int(smask.sum())
         self.stats["reused_tokens"] += prefix_len * n
         next_pos = torch.tensor([len(r.prompt) for r in rows], dtype=torch.long,
@@ -424,6 +439,7 @@ class DecodeSession:
         self.prefix: list[int] | None = None  # decided at the first admission
         self.prefix_kv = None
         self.first_wave = True
+        self.prefix_ms = 0.0  # the shared prefix's own prefill, not yet charged to any row
         self.eos = gen.eos.to(gen.device)
 
     @property
@@ -463,7 +479,9 @@ class DecodeSession:
         ended = time.perf_counter()
         self.finished.append((r.key, RowResult(r.out, r.stopped, len(r.prompt),
                                                (r.first - r.admitted) * 1000,
-                                               (ended - r.first) * 1000)))
+                                               (ended - r.first) * 1000,
+                                               prefix_tokens=r.prefix_tokens,
+                                               prefill_compute_ms=r.compute_ms)))
 
     def _choose(self, logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
         """Greedy: argmax of float32 logits, as `generate`; else each row samples from
@@ -502,6 +520,7 @@ class DecodeSession:
         prefix = common_prefix(prompts)[: min(len(p) for p in prompts) - 1]  # each prefills >= 1
         if len(prefix) >= MIN_PREFIX:
             self.prefix, self.prefix_kv = prefix, self.gen._prefix_kv(prefix)
+            self.prefix_ms = self.gen.last_prefix_ms  # charged to the rows of the first wave
 
     def _has_prefix(self, r: _Row) -> bool:
         n = len(self.prefix)
@@ -517,6 +536,9 @@ class DecodeSession:
         parts = []
         for group, plen in (([r for r in batch if self._has_prefix(r)], len(self.prefix)),
                             ([r for r in batch if not self._has_prefix(r)], 0)):
+            if plen and group and self.prefix_ms:  # every row brought the same prefix tokens
+                _share(group, self.prefix_ms, [plen] * len(group))
+                self.prefix_ms = 0.0
             for chunk in _similar_lengths(group, plen):
                 state, logits = self.gen._prefill(chunk, self.prefix_kv, plen, self.max_new)
                 state.last = self._choose(logits, chunk)
@@ -566,6 +588,13 @@ class DecodeSession:
         state.last = chosen
         still = self._take([state.rows[i] for i in alive], chosen[alive])
         self.alive = [alive[i] for i in still]
+
+
+def _share(rows: list[_Row], ms: float, tokens: list[int]) -> None:
+    """Charge `ms` of one forward to its rows in proportion to the tokens each brought."""
+    total = sum(tokens)
+    for r, n in zip(rows, tokens):
+        r.compute_ms += ms * n / total if total else ms / len(rows)
 
 
 def _similar_lengths(rows: list[_Row], skip: int, slack: float = 1.25) -> list[list[_Row]]:

@@ -163,6 +163,7 @@ class TransformersBackend(Backend):
             prompt_tokens=row.prompt_tokens,
             completion_tokens=len(row.tokens) + row.stopped,
             prefill_ms=row.prefill_ms, decode_ms=row.decode_ms,
+            prefix_tokens=row.prefix_tokens, prefill_compute_ms=row.prefill_compute_ms,
             finish_reason="stop" if row.stopped else "length"))
 
     @torch.inference_mode()
@@ -201,6 +202,7 @@ class TransformersBackend(Backend):
         end = time.perf_counter()
         first = clock.first or end
         new = output[:, enc["input_ids"].shape[1]:]
+        real = enc["attention_mask"].sum(dim=1).tolist()  # the batch's prefill, shared by tokens
         gens = []
         for row, mask in zip(new, enc["attention_mask"]):
             tokens = row.tolist()
@@ -212,6 +214,7 @@ class TransformersBackend(Backend):
                 completion_tokens=len(kept) + (stop is not None),
                 prefill_ms=(first - start) * 1000,
                 decode_ms=(end - first) * 1000,
+                prefill_compute_ms=(first - start) * 1000 * int(mask.sum()) / max(1, sum(real)),
                 finish_reason="length" if stop is None else "stop",
             ))
         return gens

@@ -14,6 +14,7 @@ from typing import Any
 from evalpipe.questions import Question
 from evalpipe.scoring.answer import AnswerMatch, Gold, make_gold, match_answer
 from evalpipe.scoring.categories import Facts, decide
+from evalpipe.scoring.cost import sample_cost
 from evalpipe.scoring.extract import detect_language
 from evalpipe.scoring.plan import Executed, PlanResult, executed_calls, match_plan
 from evalpipe.scoring.retrieval_metrics import covers, retrieval_scores
@@ -117,15 +118,7 @@ def call_stats(turns: list[dict[str, Any]], offered: set[str] | None) -> CallSta
 # --- stage: cost ------------------------------------------------------------------------
 
 def cost(sample: dict[str, Any], turns: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "prompt_tokens": sum(t.get("prompt_tokens") or 0 for t in turns),
-        "completion_tokens": sum(t.get("completion_tokens") or 0 for t in turns),
-        "turns": len(turns),
-        "prefill_ms": sum(t.get("prefill_ms") or 0.0 for t in turns),
-        "ttft_ms": (turns[0].get("prefill_ms") or 0.0) if turns else None,
-        "decode_ms": sum(t.get("decode_ms") or 0.0 for t in turns),
-        "wall_ms": sample.get("wall_ms") or 0.0,
-    }
+    return sample_cost({**sample, "turns": turns})  # one home for cost: scoring/cost.py
 
 
 # --- stage: plan ------------------------------------------------------------------------
