@@ -131,7 +131,7 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
         if manifest is None:
             questions = select_questions(config)
             manifest = {
-                "run_id": run_id, "config": config.raw, "config_source": config.source,
+                "run_id": run_id, "config": config.to_dict(), "config_source": config.source,
                 "config_hash": config.hash(), "started": _now(),
                 "versions": package_versions(), "git_commit": git_commit(), "machine": machine(),
                 "corpus_version": corpus.version if corpus else None,

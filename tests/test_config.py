@@ -30,18 +30,101 @@ def test_exclude_and_include_rules():
 
 
 @pytest.mark.parametrize("patch, field", [
-    ({"retrieval": [{"mode": "sideways"}]}, "retrieval"),
+    ({"retrieval": [{"mode": "sideways"}]}, "retrieval[0].mode"),
     ({"max_turns": 0}, "max_turns"),
     ({"limit": -1}, "limit"),
     ({"colour": "red"}, "colour"),
-    ({"generation": {"beams": 4}}, "generation"),
+    ({"generation": {"beams": 4}}, "generation.beams"),
     ({"questions": []}, "questions"),
     ({"corpus": None}, "corpus"),
+    ({"k": True}, "k"),
 ])
 def test_bad_fields_are_named(patch, field):
     with pytest.raises(InputError) as err:
         parse_config({**BASE, **patch}, source="c.yaml")
     assert err.value.field == field and "c.yaml" in str(err.value)
+    assert err.value.exit_code == 2
+
+
+@pytest.mark.parametrize("yaml_text, field, line, suggestion", [
+    ("models:\n  - id: m\n    dtpye: bfloat16\n", "models[0].dtpye", 4, "dtype"),
+    ("chunking:\n  sise: 100\n", "chunking.sise", 3, "size"),
+    ("exclude:\n  - tolset: none\n", "exclude[0].tolset", 3, "toolset"),
+    ("tool_limits: {timeout: 3}\n", "tool_limits.timeout", 2, "timeout_s"),
+    ("models: [{id: m, backend: openai, base_url: u, concurency: 2}]\n",
+     "models[0].concurency", 2, "concurrency"),
+    ("corpus: c\nretrieval:\n  - mode: prepend\n    methd: dense\n",
+     "retrieval[0].methd", 5, "method"),
+    ("limt: 3\n", "limt", 2, "limit"),
+])
+def test_misspelt_keys_name_file_line_field_and_the_closest_name(
+        tmp_path, yaml_text, field, line, suggestion):
+    path = tmp_path / "typo.yaml"
+    path.write_text("questions: [q.jsonl]\n" + yaml_text)
+    with pytest.raises(InputError) as err:
+        load_config(path)
+    assert (err.value.file, err.value.line, err.value.field) == (str(path), line, field)
+    assert f"did you mean {suggestion}?" in str(err.value) and err.value.exit_code == 2
+
+
+def test_a_misspelt_set_override_names_the_override(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("questions: [q.jsonl]\n")
+    with pytest.raises(InputError) as err:
+        load_config(path, sets=["generation.batch_sise=4"])
+    assert err.value.file == "--set generation.batch_sise" and "batch_size?" in str(err.value)
+
+
+def test_unknown_backend_lists_the_backends():
+    with pytest.raises(InputError, match="transformers | replay") as err:
+        parse_config({**BASE, "models": [{"id": "m", "backend": "vllm"}]})
+    assert err.value.field == "models[0].backend"
+
+
+def test_dtype_override_reaches_only_models_with_weights(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("questions: [q.jsonl]\nmodels:\n  - m1\n"
+                    "  - {id: s, backend: openai, base_url: http://x}\n")
+    cfg = load_config(path, dtype="bfloat16")
+    assert [m.get("dtype") for m in cfg.models] == ["bfloat16", None]
+    assert cfg.hash() != load_config(path).hash()
+
+
+def test_set_indexes_lists(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("questions: [q.jsonl]\nmodels: [{id: m1}, {id: m2}]\n")
+    cfg = load_config(path, sets=["models.1.dtype=bfloat16"])
+    assert [m.get("dtype") for m in cfg.models] == [None, "bfloat16"]
+
+
+def test_config_built_in_python_hashes_like_yaml(tmp_path):
+    from evalpipe.backends.base import GenerationSettings
+    from evalpipe.config import RunConfig
+
+    path = tmp_path / "c.yaml"
+    path.write_text("name: c\nquestions: [q.jsonl]\nmodels: [m1]\nformats: [hermes]\n"
+                    "toolsets: [calculator]\nretrieval: [none]\n")
+    from_yaml = load_config(path)
+    built = RunConfig(name="c", questions=from_yaml.questions, corpus=None,
+                      models=[{"id": "m1"}], formats=["hermes"], toolsets=["calculator"],
+                      retrieval=[{"mode": "none"}], generation=GenerationSettings())
+    assert built.hash() == from_yaml.hash()
+    # the manifest records the normalised config, and it reads back to the same hash
+    again = parse_config(from_yaml.to_dict(), source=str(path))
+    assert again.hash() == from_yaml.hash() and again.to_dict() == from_yaml.to_dict()
+
+
+def test_spelling_a_default_out_does_not_change_the_hash(tmp_path):
+    short, long = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    short.write_text("name: x\nquestions: [q.jsonl]\n")
+    long.write_text("name: x\nquestions: [q.jsonl]\nmax_turns: 5\nk: 3\n"
+                    "chunking: {size: 800}\ngeneration: {batch_size: 64}\n")
+    assert load_config(short).hash() == load_config(long).hash()
+
+
+@pytest.mark.parametrize("path", ["configs/default.yaml", "configs/sizes.yaml"])
+def test_shipped_configs_stay_valid(path):
+    assert load_config(path).cells()
 
 
 def test_overrides_and_yaml_errors(tmp_path):
