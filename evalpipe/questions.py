@@ -18,12 +18,13 @@ from typing import Any
 
 from evalpipe.errors import InputError
 from evalpipe.plans import check_value
+from evalpipe.tools.schema_only import definition_problem
 
-ANSWER_TYPES = ("number", "text", "abstain")
+ANSWER_TYPES = ("number", "text", "abstain", "calls")  # calls: graded by its tool calls alone
 _REQUIRED = {"id": str, "suite": str, "question": str}
 _KNOWN = {
     "id", "suite", "question", "answer", "answer_type", "aliases", "lang",
-    "gold_calls", "gold_passages", "tags",
+    "gold_calls", "gold_passages", "tags", "tools",
 }
 
 
@@ -39,6 +40,7 @@ class Question:
     gold_calls: list[dict[str, Any]] | None = None  # None: unknown; []: no tool needed
     gold_passages: list[dict[str, Any]] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)  # schema-only tools of its own
     source: str = ""  # file:line it came from, for error messages
 
     def to_dict(self) -> dict[str, Any]:
@@ -68,9 +70,9 @@ def parse_question(record: Any, *, file: str, line: int) -> Question:
             fail(name, "missing required field", f"a {typ.__name__}")
         if not isinstance(record[name], typ) or not record[name].strip():
             fail(name, f"got {record[name]!r}", "a non-empty string")
-    if "answer" not in record:
+    if "answer" not in record and record.get("answer_type") != "calls":
         fail("answer", "missing required field", "a string or number")
-    answer = record["answer"]
+    answer = record.get("answer", "")
     if not (isinstance(answer, str) or _is_number(answer)):
         fail("answer", f"got {answer!r}", "a string or a finite number")
     unknown = sorted(set(record) - _KNOWN)
@@ -95,6 +97,17 @@ def parse_question(record: Any, *, file: str, line: int) -> Question:
     tags = record.get("tags") or []
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         fail("tags", f"got {tags!r}", "a list of strings")
+
+    tools = record.get("tools") or []
+    if not isinstance(tools, list):
+        fail("tools", f"got {tools!r}", "a list of tool definitions")
+    for i, tool in enumerate(tools):
+        problem = definition_problem(tool)
+        if problem:
+            fail(f"tools[{i}]", problem, '{"type": "function", "function": {"name", '
+                 '"description", "parameters": JSON Schema}}')
+    if answer_type == "calls" and not isinstance(record.get("gold_calls"), list):
+        fail("gold_calls", "answer_type calls without gold_calls", "a list of steps ([] for none)")
 
     gold_calls = record.get("gold_calls")
     if gold_calls is not None:
@@ -131,7 +144,7 @@ def parse_question(record: Any, *, file: str, line: int) -> Question:
     return Question(
         id=record["id"], suite=record["suite"], question=record["question"], answer=answer,
         answer_type=answer_type, aliases=aliases, lang=lang, gold_calls=gold_calls,
-        gold_passages=passages, tags=tags, source=f"{file}:{line}",
+        gold_passages=passages, tags=tags, tools=tools, source=f"{file}:{line}",
     )
 
 

@@ -61,6 +61,7 @@ from evalpipe.plans import (
     references,
     resolve_value,
 )
+from evalpipe.scoring.bfcl_rules import bfcl_rules
 from evalpipe.scoring.normalize import text_key
 
 REASONS = ("wrong_tool", "wrong_arguments", "missing_step", "extra_step", "order_violation")
@@ -178,7 +179,8 @@ def evalpipe_rules(gold: Any, actual: Any, strings: str = DEFAULT_STRINGS) -> bo
 
 
 # Named rule sets a question set may choose; each is (gold, actual, strings) -> bool.
-RULE_SETS: dict[str, Callable[[Any, Any, str], bool]] = {"evalpipe": evalpipe_rules}
+RULE_SETS: dict[str, Callable[[Any, Any, str], bool]] = {"evalpipe": evalpipe_rules,
+                                                         "bfcl": bfcl_rules}
 
 
 def argument_matches(gold: Any, actual: Any, *, strings: str = DEFAULT_STRINGS,
@@ -384,3 +386,23 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]],
     exact = not reasons and n_matched == len(gold) == len(executed)
     return PlanResult(exact, precision, recall, reasons[0] if reasons else None, reasons,
                       {sid: assigned[sid] for sid in matched_ids})
+
+
+TOOL_FAILURES = frozenset({"tool_exception", "timeout"})
+
+
+def tool_failed(turns: list[dict[str, Any]], gold: list[dict[str, Any]] | None) -> bool:
+    """A tool failed the model, not the other way round: a call timed out, or a tool
+    raised on a call that a gold step asks for (same tool, matching arguments, with
+    references read as the gold plan's own results). A tool refusing a call the plan
+    does not ask for (divide by zero) stays the model's mistake."""
+    failed = [e for t in turns for e in t.get("tool_events") or ()
+              if e.get("error") in TOOL_FAILURES]
+    if any(e.get("error") == "timeout" for e in failed):
+        return True
+    if not failed or not gold:
+        return False
+    _, expected = _compiled(gold)
+    return any(e.get("name") == step["name"]
+               and arguments_match(step["name"], e.get("arguments"), _resolve(step, expected))
+               for e in failed for step in gold)

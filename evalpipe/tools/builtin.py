@@ -105,6 +105,7 @@ TOOLSETS: dict[str, list[str]] = {
     "none": [],
     "calculator": CALCULATOR,
     "math": CALCULATOR + ["power", "sqrt", "fib"],
+    "question": [],  # only the schema-only tools each question lists in its "tools"
 }
 
 _PY_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean"}

@@ -29,7 +29,7 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]  # JSON schema of the arguments object
-    fn: Callable[..., Any]
+    fn: Callable[..., Any] | None  # None: schema-only, never run (tools/schema_only.py)
     parallel_safe: bool = True  # pure tools may run concurrently
 
     def schema(self) -> dict[str, Any]:
@@ -50,6 +50,7 @@ class Toolset:
 
     tools: dict[str, Tool] = field(default_factory=dict)
     limits: ToolLimits = field(default_factory=ToolLimits)
+    stub_result: Any = None  # what a schema-only tool's call returns
 
     def __post_init__(self):
         self._validators = {
@@ -58,7 +59,8 @@ class Toolset:
         }
 
     def with_tools(self, *tools: Tool) -> Toolset:
-        return Toolset({**self.tools, **{t.name: t for t in tools}}, self.limits)
+        return Toolset({**self.tools, **{t.name: t for t in tools}}, self.limits,
+                       self.stub_result)
 
     @property
     def names(self) -> list[str]:
@@ -99,6 +101,9 @@ class Toolset:
         problem = self.check(call)
         if problem:
             event.error, event.error_message = problem
+            return event
+        if self.tools[call.name].fn is None:  # schema-only: validated, never run
+            event.result = self.stub_result
             return event
         start = time.perf_counter()
         pool = ThreadPoolExecutor(max_workers=1)

@@ -1,0 +1,69 @@
+"""BFCL (the Berkeley Function Calling Leaderboard) through evalpipe's grid.
+
+`import_bfcl` turns the data of the pinned `bfcl-eval` wheel into question
+files whose items carry their own schema-only tools; `configs/bfcl.yaml`
+runs them. See docs/bfcl.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from evalpipe.bfcl.convert import CATEGORIES, NO_CALL, convert_item
+from evalpipe.bfcl.wheel import VERSION, BfclData
+from evalpipe.errors import InputError
+
+DEFAULT_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
+
+
+def convert_category(data: BfclData, category: str) -> tuple[list[dict], int]:
+    """(question records, items skipped) for one category."""
+    if category not in CATEGORIES:
+        raise InputError(f"unknown BFCL category {category!r}", field="categories",
+                         expected=" | ".join(CATEGORIES))
+    items = data.questions(category)
+    answers = {} if category in NO_CALL else data.answers(category)
+    member = f"{data.path}!bfcl_eval/data/BFCL_v4_{category}.json"
+    records, skipped = [], 0
+    for line, item in enumerate(items, start=1):
+        record = convert_item(category, item, answers.get(item["id"]), f"{member}:{line}")
+        if record is None:
+            skipped += 1
+        else:
+            records.append(record)
+    return records, skipped
+
+
+def import_bfcl(categories: list[str] | tuple[str, ...] = DEFAULT_CATEGORIES,
+                out: str | Path = "datasets/bfcl", wheel: str | Path | None = None
+                ) -> dict[str, dict[str, int]]:
+    """Write one question file per category into `out`; every category is converted
+    before anything is written, and each file is replaced atomically."""
+    from evalpipe.questions import parse_question
+
+    out = Path(out)
+    converted = {}
+    with BfclData(wheel) as data:
+        for category in categories:
+            records, skipped = convert_category(data, category)
+            target = out / f"{category}.jsonl"
+            for line, record in enumerate(records, start=1):  # what we write must load back
+                parse_question(record, file=str(target), line=line)
+            converted[category] = (records, skipped)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {}
+    for category, (records, skipped) in converted.items():
+        target = out / f"{category}.jsonl"
+        tmp = target.with_suffix(".jsonl.tmp")
+        with tmp.open("w", encoding="utf-8") as fh:
+            for record in records:
+                fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        os.replace(tmp, target)
+        summary[category] = {"questions": len(records), "skipped": skipped}
+    return summary
+
+
+__all__ = ["CATEGORIES", "DEFAULT_CATEGORIES", "VERSION", "BfclData", "convert_category",
+           "import_bfcl"]

@@ -1,0 +1,107 @@
+"""BFCL's data, read out of the `bfcl-eval` wheel.
+
+The wheel is fetched alone (`pip download --no-deps`, pinned version) into
+evalpipe's cache, the way the embedded model is: the package itself is never
+installed or imported, since it depends on every model vendor's SDK. Its data
+files are JSON lines inside the zip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from evalpipe.errors import EvalpipeError, InputError
+from evalpipe.paths import cache_dir
+
+PACKAGE = "bfcl-eval"
+VERSION = "2026.3.23"  # pinned: verdicts and item ids are those of this release
+WHEEL_NAME = f"bfcl_eval-{VERSION}-py3-none-any.whl"
+DATA = "bfcl_eval/data"
+
+
+def wheel_path(explicit: str | Path | None = None) -> Path:
+    """The wheel: an explicit file ($EVALPIPE_BFCL_WHEEL or an argument), else the
+    cached copy, downloaded once from the package index."""
+    chosen = explicit or os.environ.get("EVALPIPE_BFCL_WHEEL")
+    if chosen:
+        path = Path(chosen)
+        if not path.is_file():
+            raise InputError("BFCL wheel not found", file=str(path),
+                             expected=f"a {PACKAGE} wheel file such as {WHEEL_NAME}")
+        return path
+    path = cache_dir("bfcl") / WHEEL_NAME
+    if not path.is_file():
+        _download(path)
+    return path
+
+
+def _download(target: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-q", "-d", tmp, f"{PACKAGE}=={VERSION}"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        got = Path(tmp) / WHEEL_NAME
+        if done.returncode != 0 or not got.is_file():
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise EvalpipeError(f"could not download {PACKAGE}=={VERSION} ({tail[0]}); "
+                                "set EVALPIPE_BFCL_WHEEL to a local copy of the wheel")
+        os.replace(got, target)  # atomic: a killed download leaves no half wheel in the cache
+
+
+class BfclData:
+    """Read access to the data files of one wheel."""
+
+    def __init__(self, wheel: str | Path | None = None):
+        self.path = wheel_path(wheel)
+        try:
+            self._zip = zipfile.ZipFile(self.path)
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise InputError(f"not a readable wheel ({exc})", file=str(self.path),
+                             expected=f"a {PACKAGE} wheel (a zip file)") from None
+        self.names = set(self._zip.namelist())
+
+    def read_text(self, member: str) -> str:
+        if member not in self.names:
+            raise InputError(f"the wheel has no {member}", file=str(self.path),
+                             expected=f"a {PACKAGE}=={VERSION} wheel")
+        return self._zip.read(member).decode("utf-8")
+
+    def records(self, member: str) -> list[dict[str, Any]]:
+        """A JSON-lines data file; a bad line names the member and its line."""
+        where = f"{self.path}!{member}"
+        out = []
+        for number, line in enumerate(self.read_text(member).splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"not valid JSON ({exc.msg})", file=where, line=number,
+                                 expected="one JSON object per line") from None
+            if not isinstance(record, dict) or not isinstance(record.get("id"), str):
+                raise InputError("record without a string id", file=where, line=number,
+                                 field="id", expected='{"id": ..., ...}')
+            out.append(record)
+        return out
+
+    def questions(self, category: str) -> list[dict[str, Any]]:
+        return self.records(f"{DATA}/BFCL_v4_{category}.json")
+
+    def answers(self, category: str) -> dict[str, dict[str, Any]]:
+        return {r["id"]: r for r in self.records(f"{DATA}/possible_answer/BFCL_v4_{category}.json")}
+
+    def close(self) -> None:
+        self._zip.close()
+
+    def __enter__(self) -> BfclData:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
