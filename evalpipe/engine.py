@@ -23,6 +23,7 @@ from evalpipe.prompts import BlockWriter
 from evalpipe.questions import Question
 from evalpipe.records import Generation, ParseResult, Sample, ToolCall, Turn
 from evalpipe.tools.registry import Toolset, result_text
+from evalpipe.tools.schema_only import schema_tool
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant. Answer the user's question in the language it was asked in. "
@@ -59,6 +60,8 @@ class CellRuntime:
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     retrieve: Callable[[str, int], list[dict[str, Any]]] | None = None  # prepend mode
     k: int = 3
+    question_tools: bool = True  # offer each question's own schema-only tools
+    call_only: bool = True  # a question with its own tools ends after the first reply
 
 
 @dataclass
@@ -75,6 +78,8 @@ class _Conversation:
     ended: float = 0.0
     prompt: str = ""  # the turn waiting for the model, and its backend-independent form
     request: str = ""
+    toolset: Toolset | None = None  # the cell's tools plus the question's own; None: the cell's
+    schemas: list[dict[str, Any]] | None = None
     blocks: list[str] = field(default_factory=list)  # the prompt as stored (evalpipe.prompts)
 
     @property
@@ -111,7 +116,7 @@ class Engine:
         blocks = BlockWriter()  # each prompt block's text goes into the first sample using it
 
         def submit(key: int, c: _Conversation) -> None:
-            wire, template_tools = cell.fmt.prepare(c.messages, schemas,
+            wire, template_tools = cell.fmt.prepare(c.messages, c.schemas or schemas,
                                                     cell.backend.template_supports_tools)
             c.prompt = cell.backend.render(wire, template_tools)
             # The backend-independent form of the prompt, which replay looks replies up by.
@@ -159,7 +164,11 @@ class Engine:
                          for c in cell.retrieve(q.question, cell.k)]
             system += "\n\n" + RAG_INSTRUCTION.format(passages=passages_text(retrieved))
         messages = [{"role": "system", "content": system}, {"role": "user", "content": q.question}]
-        return _Conversation(q, messages, retrieved)
+        c = _Conversation(q, messages, retrieved)
+        if cell.question_tools and q.tools:
+            c.toolset = cell.toolset.with_tools(*(schema_tool(t) for t in q.tools))
+            c.schemas = c.toolset.schemas()
+        return c
 
     def _advance(self, cell: CellRuntime, c: _Conversation, gen: Generation) -> None:
         """Record the reply to the turn `c` was waiting on, run its tool calls or end it."""
@@ -194,8 +203,9 @@ class Engine:
                                 "function": {"name": call.name, "arguments": call.arguments}}
                                for call in calls]} if calls else {}),
         })
+        one_shot = c.toolset is not None and cell.call_only  # the first reply is all that is scored
         if calls:
-            events = cell.toolset.execute(calls)
+            events = (c.toolset or cell.toolset).execute(calls)
             record.tool_events = [e.to_dict() for e in events]
             for event in events:
                 c.messages.append({"role": "tool", "tool_call_id": event.call_id,
@@ -203,7 +213,9 @@ class Engine:
                 if event.name == "search_site" and isinstance(event.result, list):
                     c.retrieved += [dict(hit, source="tool", query_index=turn)
                                     for hit in event.result if isinstance(hit, dict)]
-        elif parsed.errors:
+            if one_shot:
+                c.stop("call_only")
+        elif parsed.errors and not one_shot:
             kinds = sorted({e.kind for e in parsed.errors})
             feedback = IMITATION_FEEDBACK if kinds == ["imitated_turn"] else \
                 FORMAT_FEEDBACK.format(errors=", ".join(kinds))
@@ -217,7 +229,9 @@ class Engine:
     def _sample(cell: CellRuntime, c: _Conversation, run_id: str) -> Sample:
         return Sample(
             run_id=run_id, cell_id=cell.cell_id, cell_fingerprint=cell.fingerprint,
-            question_id=c.question.id, suite=c.question.suite, settings=cell.settings,
+            question_id=c.question.id, suite=c.question.suite,
+            settings=cell.settings if c.toolset is None else {**cell.settings,
+                                                              "tools_offered": c.toolset.names},
             messages=c.messages, turns=c.turns, retrieved=c.retrieved,
             final_answer=c.final_answer, reasoning=c.reasoning, stop_reason=c.stop_reason,
             error=c.error, wall_ms=(c.ended - c.started) * 1000)
