@@ -25,6 +25,7 @@ import numpy as np
 from evalpipe.corpus import chunk_corpus, load_corpus
 from evalpipe.retrieval.bm25 import BM25Index
 from evalpipe.retrieval.tokenize import Tokenizer
+from machine import load_note  # bench/machine.py: CPU, flags, load
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,6 +139,7 @@ def main() -> None:
     if args.synthetic:
         syn = synthetic_tokens(site, args.synthetic, rng)
         bench("synthetic", syn, make_queries(syn, args.queries, rng), args.k, args.repeat)
+    print(f"note: {load_note()}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Decode tokens per second of the batching loop by number of rows.
 
-    python bench/bench_decode.py [--dtype bfloat16] [--copied-prefix] [--threads 1]
+    python bench/bench_decode.py [--dtype bfloat16] [--copied-prefix] [--threads 1] [--rows 1,64]
 
 Every row is the same 560-token prefix followed by its own 1-43 tokens (so
 rows are padded, as an eval cell's questions are); each generates 40 tokens. Prints decode tokens per second at 1, 16, 32
@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_engine import add_threads_option, load_note, use_threads
+from bench_engine import add_threads_option, use_threads
+from machine import load_note
 
 PREFIX_TOKENS, NEW_TOKENS = 560, 40
 
@@ -30,6 +31,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--copied-prefix", action="store_true",
                     help="copy the shared prefix under every row (the model's own attention)")
+    ap.add_argument("--rows", default="1,16,32,64", help="comma-separated batch sizes")
     add_threads_option(ap)
     args = ap.parse_args(argv)
     threads = use_threads(args.threads)
@@ -44,7 +46,7 @@ def main(argv=None) -> int:
           f"{'copied per row' if args.copied_prefix else 'attended in place'}; "
           f"{PREFIX_TOKENS}-token shared prefix + 1-43 tokens per row, {NEW_TOKENS} new tokens each")
     single = None
-    for rows in (1, 16, 32, 64):
+    for rows in [int(r) for r in args.rows.split(",")]:
         backend.prefix_store.clear()
         session = batcher.session(max_new_tokens=NEW_TOKENS, batch_size=rows)
         for i in range(rows):

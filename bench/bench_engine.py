@@ -21,6 +21,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from machine import load_note  # noqa: E402 - after the path set-up
 
 MAX_TURNS = 5
 
@@ -38,15 +41,6 @@ def use_threads(n: int | None) -> int:
     if n:
         torch.set_num_threads(n)
     return torch.get_num_threads()
-
-
-def load_note() -> str:
-    """The machine's load as the benchmark ends: ratios come from one run, under it."""
-    import os
-
-    load = os.getloadavg()[0]
-    return (f"{os.cpu_count()} cores, load average {load:.1f} at the end; both sides ran under the "
-            "same conditions, the ratios come from this one run")
 
 
 def bench_questions(n: int):

@@ -31,6 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from machine import load_note  # noqa: E402 - bench/machine.py: CPU, flags, load
 
 # Greedy on both sides: llama-cpp-python's server would otherwise add repeat_penalty 1.1.
 SERVER_SAMPLING = {"repeat_penalty": 1.0}
@@ -209,6 +210,7 @@ def main() -> None:
     print()
     for name, diff in comparisons.items():
         print(f"{name}: {diff}")
+    print(f"note: {load_note()}")
     if args.json:
         Path(args.json).write_text(json.dumps({"results": results, "comparisons": comparisons},
                                               indent=2))

@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_engine import bench_questions, load_note, make_runtime, one_at_a_time, run_engine
+from bench_engine import bench_questions, make_runtime, one_at_a_time, run_engine
+from machine import load_note
 
 
 def run_llamacpp(n: int, threads: int, max_new_tokens: int) -> tuple[float, dict[str, str], str]:

@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_engine import add_threads_option, load_note, use_threads
+from bench_engine import add_threads_option, use_threads
+from machine import load_note
 
 
 def main(argv=None) -> int:

@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_engine import add_threads_option, bench_questions, load_note, use_threads
+from bench_engine import add_threads_option, bench_questions, use_threads
+from machine import load_note
 
 
 def first_turn_prompts(backend, n: int, toolset: str = "math") -> list[str]:

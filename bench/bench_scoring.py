@@ -21,6 +21,7 @@ from collections import Counter
 from evalpipe.questions import Question
 from evalpipe.scoring import aggregate, score_sample
 from evalpipe.scoring.synth import call, chunk, make_sample
+from machine import load_note  # bench/machine.py: CPU, flags, load
 
 
 def _questions() -> list[Question]:
@@ -138,6 +139,7 @@ def main() -> None:
           f"scored and aggregated = {per_sample / reference:.1f} reference loops")
     mix = Counter(s["category"] for s in scored)
     print("categories         " + ", ".join(f"{k} {v}" for k, v in mix.most_common()))
+    print(f"note: {load_note()}")
 
 
 if __name__ == "__main__":
