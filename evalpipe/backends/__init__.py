@@ -16,7 +16,7 @@ def load_backend(model: dict[str, Any]) -> Backend:
     if kind == "transformers":
         from evalpipe.backends.transformers_backend import TransformersBackend
 
-        return TransformersBackend(model["id"], dtype=model.get("dtype", "float32"))
+        return TransformersBackend(model["id"], dtype=model.get("dtype", "auto"))
     if kind == "replay":
         from evalpipe.backends.replay import ReplayBackend
 

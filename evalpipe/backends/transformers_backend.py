@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from evalpipe.backends.base import (
     GenerationSettings,
     cut_plain_turn,
 )
+from evalpipe.backends.cpu import resolve_dtype
 from evalpipe.backends.models import ALIASES, resolve_model
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.records import Generation
@@ -53,7 +55,7 @@ class _FirstTokenClock:
 
 
 class TransformersBackend(Backend):
-    def __init__(self, model_id: str, dtype: str = "float32", device: str = "cpu", *,
+    def __init__(self, model_id: str, dtype: str = "auto", device: str = "cpu", *,
                  generation: str = "auto", prefix_reuse: bool = True):
         """`generation`: "auto" (the batching loop where the model allows it, else
         `model.generate`), "loop" or "hf". `prefix_reuse`: prefill the prompts'
@@ -63,8 +65,12 @@ class TransformersBackend(Backend):
         threads = os.environ.get("EVALPIPE_TORCH_THREADS")
         if threads:  # on a shared or oversubscribed machine, 1 thread can be several times faster
             torch.set_num_threads(max(1, int(threads)))
-        if dtype not in DTYPES:
-            raise InputError(f"unknown dtype {dtype!r}", field="dtype", expected=" | ".join(DTYPES))
+        if dtype != "auto" and dtype not in DTYPES:
+            raise InputError(f"unknown dtype {dtype!r}", field="dtype",
+                             expected="auto | " + " | ".join(DTYPES))
+        dtype, warning = resolve_dtype(dtype, device)
+        if warning:  # explicit bfloat16 on a CPU that emulates it: say why it will be slow
+            print(warning, file=sys.stderr)
         self.model_id, self.dtype, self.device = model_id, dtype, device
         self.path = resolve_model(model_id)
         try:
