@@ -60,6 +60,7 @@ class CellRuntime:
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     retrieve: Callable[[str, int], list[dict[str, Any]]] | None = None  # prepend mode
     k: int = 3
+    repeat: int = 0  # which repeat of the cell this is; `generation` holds its seed
     question_tools: bool = True  # offer each question's own schema-only tools
     call_only: bool = True  # a question with its own tools ends after the first reply
 
@@ -234,4 +235,5 @@ class Engine:
                                                               "tools_offered": c.toolset.names},
             messages=c.messages, turns=c.turns, retrieved=c.retrieved,
             final_answer=c.final_answer, reasoning=c.reasoning, stop_reason=c.stop_reason,
-            error=c.error, wall_ms=(c.ended - c.started) * 1000)
+            error=c.error, wall_ms=(c.ended - c.started) * 1000, repeat=cell.repeat,
+            seed=cell.generation.seed if cell.generation.temperature > 0 else None)

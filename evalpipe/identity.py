@@ -1,4 +1,5 @@
-"""Request identity: what a recorded turn is found by, below the engine and backends.
+"""Request and sample identity: what a recorded turn and a sample are found by, below
+the engine and backends.
 
 A request is the canonical JSON of the wire messages and the tools, so it does
 not depend on any tokenizer's chat template; its hash is stored in each turn
@@ -17,3 +18,8 @@ def request_key(messages, tools) -> str:
 
 def request_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def sample_key(record) -> tuple[str, str, int]:
+    """A sample's identity in its run: cell, question and repeat (0 in runs without)."""
+    return record["cell_id"], record["question_id"], int(record.get("repeat") or 0)

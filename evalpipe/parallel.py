@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from evalpipe.errors import InfraError, InputError
+from evalpipe.identity import sample_key
 
 T = TypeVar("T")
 RUN_ID_ENV = "EVALPIPE_RUN_ID"
@@ -169,21 +170,21 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def done_pairs(run_dir: str | Path) -> set[tuple[str, str]]:
-    """(cell_id, question_id) already written, in samples.jsonl or in any part:
-    what a resumed rank must not run again."""
+def done_pairs(run_dir: str | Path) -> set[tuple[str, str, int]]:
+    """(cell_id, question_id, repeat) already written, in samples.jsonl or in any
+    part: what a resumed rank must not run again."""
     run_dir = Path(run_dir)
     pairs = set()
     for path in [run_dir / "samples.jsonl", *sorted(run_dir.glob("samples.part*.jsonl"))]:
-        pairs |= {(s["cell_id"], s["question_id"]) for s in read_records(path)}
+        pairs |= {sample_key(s) for s in read_records(path)}
     return pairs
 
 
 def merge_parts(run_dir: str | Path, world: int,
                 cell_order: Sequence[str] | None = None, keep_parts: bool = False) -> int:
     """Merge samples.jsonl (if any, from an earlier resume) and every
-    samples.part*.jsonl into samples.jsonl, in cell order then question order,
-    one record per (cell, question) (the first seen wins). Written to a temp
+    samples.part*.jsonl into samples.jsonl, in cell order, then repeat, then question
+    order, one record per (cell, question, repeat) (the first seen wins). Written to a temp
     file and renamed, so a crash leaves the old file and the parts intact.
     Returns the number of samples written.
 
@@ -198,16 +199,16 @@ def merge_parts(run_dir: str | Path, world: int,
     questions = _question_order(run_dir)
     cells = {cid: i for i, cid in enumerate(cell_order or _manifest_cells(run_dir))}
     seen_cells: dict[str, int] = {}
-    unique: dict[tuple[str, str], dict[str, Any]] = {}
+    unique: dict[tuple[str, str, int], dict[str, Any]] = {}
     for r in records:
-        key = (r["cell_id"], r["question_id"])
+        key = sample_key(r)
         if key not in unique:
             unique[key] = r
             seen_cells.setdefault(r["cell_id"], len(seen_cells))
 
-    def order(key: tuple[str, str]):
-        cell, question = key
-        return (cells.get(cell, len(cells) + seen_cells[cell]),
+    def order(key: tuple[str, str, int]):
+        cell, question, repeat = key
+        return (cells.get(cell, len(cells) + seen_cells[cell]), repeat,
                 questions.get(question, len(questions)), question)
 
     ordered = [unique[k] for k in sorted(unique, key=order)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections import Counter
@@ -138,7 +139,7 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
                 "questions": len(questions), "cells": {},
             }
             store.write_questions(questions)
-            done: set[tuple[str, str]] = set()
+            done: set[tuple[str, str, int]] = set()
         else:
             questions = list(store.questions().values())
             store.read_samples(repair=True)
@@ -150,7 +151,15 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
         mine = parallel.shard(questions, rank, world)
         store.write_json("manifest.json", manifest)
         _point_latest(store.path)
-        echo(f"run {run_id}: {len(cells)} cells x {len(questions)} questions -> {store.path}"
+        seeds = config.repeat_seeds()
+        manifest["repeats"] = {"requested": config.repeats, "seeds": seeds}
+        store.write_json("manifest.json", manifest)
+        if config.repeats > len(seeds):
+            echo(f"repeats: {config.repeats} requested, but decoding is greedy (temperature 0): "
+                 "every repeat would give the same replies, so each question runs once; set "
+                 "generation.temperature > 0 to sample")
+        echo(f"run {run_id}: {len(cells)} cells x {len(questions)} questions "
+             + (f"x {len(seeds)} repeats " if len(seeds) > 1 else "") + f"-> {store.path}"
              + (f" (resuming: {len(done)} samples already written)" if done else ""))
         def record_cell(cell: Cell, runtime: CellRuntime, facts: dict) -> None:
             recorded = manifest["cells"].get(cell.id)
@@ -193,16 +202,20 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
 
 
 def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engine: Engine,
-               questions: list[Question], mine: list[Question], done: set[tuple[str, str]],
-               run_id: str, write: Callable[[list[dict]], None], *,
+               questions: list[Question], mine: list[Question],
+               done: set[tuple[str, str, int]], run_id: str,
+               write: Callable[[list[dict]], None], *,
                on_cell: Callable[[Cell, CellRuntime, dict], None] | None = None,
                progress: bool = False) -> int:
-    """Generate every (cell, question) of `mine` not yet `done`, one model loaded at a
-    time; each finished group of samples goes to `write`. Returns the count written."""
+    """Generate every (cell, question, repeat) of `mine` not yet `done`, one model loaded
+    at a time, a cell's repeats one after another (each with its own seed); each finished
+    group of samples goes to `write`. Returns the count written."""
     count = 0
+    seeds = config.repeat_seeds()
     for model in config.models:
         model_cells = [c for c in cells if c.model is model]
-        todo = {c.id: [q for q in mine if (c.id, q.id) not in done] for c in model_cells}
+        todo = {(c.id, r): [q for q in mine if (c.id, q.id, r) not in done]
+                for c in model_cells for r in range(len(seeds))}
         if not any(todo.values()):
             continue
         backend = load_backend(model)
@@ -211,15 +224,21 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
             runtime = _runtime(cell, backend, facts, config, corpus, questions)
             if on_cell is not None:
                 on_cell(cell, runtime, facts)
-            if not todo[cell.id]:
-                continue
-            with tqdm(total=len(mine), initial=len(mine) - len(todo[cell.id]), desc=cell.id,
-                      unit="q", dynamic_ncols=True, disable=not progress) as bar:
-                for samples in engine.run(runtime, todo[cell.id], run_id,
-                                          window=max(64, 4 * config.generation.batch_size),
-                                          progress=bar.update):
-                    write([s.to_dict() for s in samples])
-                    count += len(samples)
+            for r, seed in enumerate(seeds):
+                left = todo[(cell.id, r)]
+                if not left:
+                    continue
+                # A repeat differs from the first only in its seed (and its number).
+                repeat = dataclasses.replace(runtime, repeat=r, generation=dataclasses.replace(
+                    runtime.generation, seed=seed))
+                desc = cell.id if len(seeds) == 1 else f"{cell.id} #{r + 1}/{len(seeds)}"
+                with tqdm(total=len(mine), initial=len(mine) - len(left), desc=desc,
+                          unit="q", dynamic_ncols=True, disable=not progress) as bar:
+                    for samples in engine.run(repeat, left, run_id,
+                                              window=max(64, 4 * config.generation.batch_size),
+                                              progress=bar.update):
+                        write([s.to_dict() for s in samples])
+                        count += len(samples)
     return count
 
 

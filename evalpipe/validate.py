@@ -23,7 +23,10 @@ import difflib
 import json
 import math
 import re
+import sys
+import types
 import unicodedata
+from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -268,3 +271,21 @@ def validate_paths(paths: list[str], corpus_root: str = "datasets/site") -> list
         else:
             errors.extend(validate_file(p, corpus))
     return errors
+
+
+def validate(paths: str | Path | Iterable[str | Path], *,
+             corpus: str | Path = "datasets/site") -> list[str]:
+    """Every problem in question files or folders, one line each; [] when valid."""
+    items = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    return validate_paths([str(p) for p in items], corpus_root=str(corpus))
+
+
+class _PublicModule(types.ModuleType):
+    """Importing this module makes `evalpipe.validate` the module, not the API function
+    of that name; calling the module calls the function, so both spellings work."""
+
+    def __call__(self, *args, **kwargs):
+        return validate(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _PublicModule

@@ -16,9 +16,9 @@ from evalpipe.cli.common import handle_errors
 @handle_errors
 def validate(paths, corpus):
     """Check question files or folders: schema, ids, tools, plans, gold spans."""
-    from evalpipe.validate import validate_paths
+    from evalpipe import api
 
-    errors = validate_paths(list(paths), corpus_root=corpus)
+    errors = api.validate(paths, corpus=corpus)
     for line in errors:
         click.echo(line, err=True)
     if errors:

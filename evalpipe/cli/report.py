@@ -7,8 +7,7 @@ import sys
 import click
 
 from evalpipe.cli.common import handle_errors, write_output
-
-FORMATS = ("md", "csv", "latex", "html", "json")
+from evalpipe.report import REPORT_FORMATS as FORMATS
 
 
 @click.command()
@@ -31,40 +30,10 @@ def report(run_dir, fmt, out, plots_dir, standalone, max_samples):
     Reads RUN_DIR/scores.json (computed in memory when missing) and never writes
     into RUN_DIR unless --out or --plots point there.
     """
-    from evalpipe.report.build import build_report
-    from evalpipe.report.load import load_run
-    from evalpipe.report.render import render_csv, render_json, render_latex, render_markdown
+    from evalpipe import api
 
-    run = load_run(run_dir)
-    data = build_report(run)
-    if plots_dir:
-        from evalpipe.report.plots import write_plots
-
-        for path in write_plots(data, plots_dir):
-            click.echo(f"wrote {path}", err=True)
-    if fmt == "html":
-        from evalpipe.report.html import render_html
-
-        try:
-            from evalpipe.report.plots import render_plots
-
-            plots = render_plots(data)
-        except Exception as exc:
-            from evalpipe.errors import EvalpipeError
-
-            if not isinstance(exc, EvalpipeError):
-                raise
-            click.echo(f"warning: {exc}; the HTML report has no plots", err=True)
-            plots = {}
-        text = render_html(run, data, plots, max_samples=max_samples or None)
-    elif fmt == "csv":
-        text = render_csv(data)
-    elif fmt == "latex":
-        text = render_latex(data, standalone=standalone)
-    elif fmt == "json":
-        text = render_json(data)
-    else:
-        text = render_markdown(data)
+    text = api.report(run_dir, fmt, plots_dir=plots_dir, standalone=standalone,
+                      max_samples=max_samples, warn=lambda line: click.echo(line, err=True))
     write_output(text, out)
 
 
@@ -97,11 +66,11 @@ def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples,
     """
     import json
 
-    from evalpipe.report.compare import compare_runs, render_markdown, render_text
-    from evalpipe.report.load import load_run
+    from evalpipe import api
+    from evalpipe.report.compare import render_markdown, render_text
 
-    cmp = compare_runs(load_run(run_a), load_run(run_b), threshold=threshold, strict=strict,
-                       resamples=resamples, seed=seed)
+    cmp = api.compare(run_a, run_b, threshold=threshold, strict=strict, resamples=resamples,
+                      seed=seed)
     if fmt == "md":
         text = render_markdown(cmp)
     elif fmt == "json":

@@ -21,8 +21,8 @@ ALL = "all"
 PROPORTIONS = ("exact", "exact_strict", "exact_lenient", "format_valid", "format_valid_strict",
                "plan_exact", "no_unneeded_call")
 RATE_NAMES = PROPORTIONS + ("call_valid", "recall@k", "hit@k", "mrr", "ndcg")
-COST_FIELDS = ("prompt_tokens", "prefix_tokens", "completion_tokens", "turns",
-               "prefill_compute_ms", "ttft_ms", "wall_ms", "prefill_ms", "decode_ms")
+COST_FIELDS = ("prompt_tokens", "completion_tokens", "turns", "ttft_ms", "wall_ms",
+               "prefill_ms", "decode_ms")
 _RETRIEVAL = ("recall", "hit", "mrr", "ndcg")
 
 
@@ -40,6 +40,8 @@ class _Columns:
     def __init__(self, rows: list[dict[str, Any]]):
         n = len(rows)
         self.infra = np.fromiter((bool(r.get("infra")) for r in rows), bool, n)
+        self.scorer_error = np.fromiter((bool(r.get("scorer_error")) for r in rows), bool, n)
+        self.tool_failure = np.fromiter((bool(r.get("tool_failure")) for r in rows), bool, n)
         # -1: not applicable (None), 0: false, 1: true
         self.prop = {name: np.fromiter((_tri(r.get(name)) for r in rows), np.int8, n)
                      for name in PROPORTIONS}
@@ -63,10 +65,14 @@ class _Columns:
 def _group_row(keys: Sequence[str], key: tuple, idx: np.ndarray, cols: _Columns,
                mean_method: str, seed: int) -> dict[str, Any]:
     infra = cols.infra[idx]
-    counted = idx[~infra]
+    scorer_error = cols.scorer_error[idx]
+    tool_failure = cols.tool_failure[idx]
+    counted = idx[~(infra | scorer_error | tool_failure)]  # none is a verdict on the model
     out: dict[str, Any] = dict(zip(keys, key))
     out["n"] = int(idx.size)
     out["n_infra"] = int(infra.sum())
+    out["n_scorer_error"] = int(scorer_error.sum())
+    out["n_tool_failure"] = int(tool_failure.sum())
 
     rates: dict[str, Any] = {}
     for name in PROPORTIONS:
@@ -107,7 +113,9 @@ def aggregate(scored: Iterable[dict[str, Any]], by: Sequence[str] = ("cell_id", 
     for each combination of the other keys. Rows are sorted by key, "all" last.
 
     Each row: the keys; n (samples) and n_infra (infra errors, kept out of every
-    rate and cost figure but counted in categories and token totals); k; rates:
+    rate and cost figure but counted in categories and token totals);
+    n_scorer_error (samples the scorer failed on) and n_tool_failure (a tool failed
+    a right call), kept out the same way; k; rates:
     name -> {"rate", "n", "lo", "hi"} for exact, exact_strict, exact_lenient,
     format_valid, format_valid_strict, plan_exact (samples with a non-empty plan),
     no_unneeded_call (samples with an empty plan) (Wilson 95%, over the samples

@@ -9,17 +9,41 @@ from evalpipe.questions import Question
 from evalpipe.scoring.aggregate import aggregate
 from evalpipe.scoring.score import SCORER_VERSION, score_sample
 
+SCORER_ERROR = "scorer_error"
+MAX_ERROR_CHARS = 300
+
+
+def unscored(sample: dict[str, Any], question: Question, exc: Exception) -> dict[str, Any]:
+    """The scored record of a sample the scorer failed on: its ids and the error. It
+    is counted (category scorer_error) and, like an infra error, kept out of every rate."""
+    message = f"{type(exc).__name__}: {exc}"
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[:MAX_ERROR_CHARS] + "..."
+    return {"run_id": sample.get("run_id"), "cell_id": sample.get("cell_id"),
+            "question_id": sample.get("question_id", question.id),
+            "suite": sample.get("suite") or question.suite, "repeat": sample.get("repeat"),
+            "lang": question.lang, "answer_type": question.answer_type,
+            "scorer_version": SCORER_VERSION, "infra": False, SCORER_ERROR: message,
+            "category": SCORER_ERROR, "subtype": None, "flags": [], "cost": {}}
+
 
 def score_records(manifest: dict[str, Any], questions: dict[str, Question],
                   samples: list[dict[str, Any]], k: int | None = None,
                   source: str = "samples.jsonl") -> dict[str, Any]:
-    """scores.json content: every sample scored, and the per cell x suite aggregates."""
+    """scores.json content: every sample scored, the per cell x suite aggregates, and
+    "unscored": the samples the scorer failed on (a scorer bug must not cost a run)."""
     k = k or int((manifest.get("config") or {}).get("k", 3))
     scored = []
+    failed = []
     for s in samples:
         q = questions.get(s["question_id"])
         if q is None:
             raise InputError(f"sample for unknown question {s['question_id']!r}", file=source)
-        scored.append(score_sample(s, q, k=k))
+        try:
+            scored.append(score_sample(s, q, k=k))
+        except Exception as exc:  # noqa: BLE001 -- recorded per sample, the rest is scored
+            scored.append(unscored(s, q, exc))
+            failed.append({key: scored[-1][key] for key in
+                           ("cell_id", "question_id", "repeat", SCORER_ERROR)})
     return {"run_id": manifest.get("run_id"), "scorer_version": SCORER_VERSION, "k": k,
-            "groups": aggregate(scored), "samples": scored}
+            "groups": aggregate(scored), "samples": scored, "unscored": failed}

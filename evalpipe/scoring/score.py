@@ -16,7 +16,7 @@ from evalpipe.scoring.answer import AnswerMatch, Gold, make_gold, match_answer
 from evalpipe.scoring.categories import Facts, decide
 from evalpipe.scoring.cost import sample_cost
 from evalpipe.scoring.extract import detect_language
-from evalpipe.scoring.plan import Executed, PlanResult, executed_calls, match_plan
+from evalpipe.scoring.plan import Executed, PlanResult, executed_calls, match_plan, tool_failed
 from evalpipe.scoring.retrieval_metrics import covers, retrieval_scores
 
 SCORER_VERSION = "2"
@@ -240,7 +240,8 @@ def facts(sample: dict[str, Any], question: Question, gold: Gold, m: AnswerMatch
         called=calls.called, plan_exact=result.exact if result else None,
         plan_reason=result.reason if result else None, rag=retrieval.rag,
         gold_shown=retrieval.gold_shown, abstain_gold=gold.answer_type == "abstain",
-        searched=bool(result and result.matched) if plan.implied_search else None)
+        searched=bool(result and result.matched) if plan.implied_search else None,
+        tool_failure=tool_failed(sample.get("turns") or [], plan.steps))
 
 
 # --- stage: flags -----------------------------------------------------------------------
@@ -311,6 +312,7 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3) -> dict
         "retrieval_mode": mode,
         "scorer_version": SCORER_VERSION,
         "infra": f.infra,
+        "tool_failure": verdict.category == "tool_failure",  # kept out of rates like infra
         "exact": m.exact,
         "exact_strict": m.strict,
         "exact_lenient": m.lenient,

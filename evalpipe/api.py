@@ -1,0 +1,122 @@
+"""The public Python API; every CLI command is a thin wrapper over one of these.
+
+    import evalpipe
+    result = evalpipe.run("configs/default.yaml", limit=2)
+    print(result.table)
+    print(evalpipe.report(result.run_dir, "csv"))
+    cmp = evalpipe.compare("outputs/run_a", result.run_dir)
+
+`report` and `validate` live in the modules of those names (evalpipe.report is
+also a package, so calling it must work either way). Errors are `evalpipe.errors.EvalpipeError`s (InputError for bad input); nothing
+here prints unless given an `echo`, and nothing calls sys.exit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evalpipe.report import report
+from evalpipe.validate import validate
+
+if TYPE_CHECKING:
+    from evalpipe.config import RunConfig
+    from evalpipe.report.compare import Comparison
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished run (or, on a helper rank of a data-parallel run, its share)."""
+
+    run_dir: Path
+    helper_rank: bool = False  # rank > 0: rank 0 merges, scores and writes the table
+
+    @property
+    def scores(self) -> dict[str, Any]:
+        """scores.json: per-cell aggregates and every scored sample."""
+        return json.loads((self.run_dir / "scores.json").read_text(encoding="utf-8"))
+
+    @property
+    def table(self) -> str:
+        """table.md: the score table `evalpipe run` prints."""
+        return (self.run_dir / "table.md").read_text(encoding="utf-8")
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def load(config: str | Path | dict[str, Any] | RunConfig, *, limit: int | None = None,
+         models: Sequence[str] | None = None, suites: Sequence[str] | None = None,
+         dtype: str | None = None, sets: Iterable[str] = ()) -> RunConfig:
+    """A checked RunConfig from a YAML path, a mapping or a RunConfig, with the
+    command line's overrides applied (the same path `evalpipe run` takes)."""
+    from evalpipe.config import RunConfig, apply_dtype, apply_overrides, load_config, parse_config
+
+    overrides = {"limit": limit, "models": [{"id": m} for m in models] if models else None,
+                 "suites": list(suites) if suites else None}
+    if isinstance(config, (str, Path)):
+        return load_config(config, sets=list(sets), dtype=dtype, **overrides)
+    raw = config.to_dict() if isinstance(config, RunConfig) else dict(config)
+    source = config.source if isinstance(config, RunConfig) else "<config>"
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    raw = apply_overrides(raw, list(sets))
+    if dtype:
+        raw = apply_dtype(raw, dtype)
+    return parse_config(raw, source=source)
+
+
+def run(config: str | Path | dict[str, Any] | RunConfig | None = None, *,
+        out: str | Path = "outputs", resume: str | Path | None = None, use_cache: bool = True,
+        retry_infra: bool = False, echo: Callable[[str], None] = _quiet,
+        **overrides: Any) -> RunResult:
+    """Run a config's grid and score it. `config`: a YAML path, a mapping or a
+    RunConfig; `overrides`: limit, models, suites, dtype, sets (as `evalpipe run`).
+    With `resume` (a run directory), continue that run with its recorded config; with
+    `retry_infra` as well, re-run its infra errors in place."""
+    from evalpipe import parallel
+    from evalpipe.config import parse_config
+    from evalpipe.errors import InputError
+    from evalpipe.runner import execute_run
+    from evalpipe.store import RunStore
+
+    if resume is not None:
+        given = sorted(k for k, v in overrides.items() if v)
+        if given:
+            raise InputError("a resumed run keeps its recorded config", field=given[0],
+                             expected="no overrides with resume")
+        manifest = RunStore(resume).read_json("manifest.json")
+        cfg = parse_config(manifest["config"], source=manifest.get("config_source", str(resume)))
+    elif config is None:
+        raise TypeError("run() needs a config or resume=")
+    else:
+        cfg = load(config, **overrides)
+    run_dir = execute_run(cfg, Path(out), resume=Path(resume) if resume else None,
+                          use_cache=use_cache, echo=echo, retry_infra=retry_infra)
+    return RunResult(Path(run_dir), helper_rank=parallel.rank_world()[0] > 0)
+
+
+def score(run_dir: str | Path, *, k: int | None = None) -> dict[str, Any]:
+    """Recompute scores.json and table.md of a run with the current scorer (no model)."""
+    from evalpipe.runner import score_run
+    from evalpipe.store import RunStore
+
+    store = RunStore(run_dir)
+    with store:
+        return score_run(store, k=k)
+
+
+def compare(a: str | Path, b: str | Path, *, threshold: float = 0.02, strict: bool = False,
+            resamples: int = 2000, seed: int = 0) -> Comparison:
+    """Paired comparison of run B against baseline run A; `.regressions` lists what
+    the regression gate would fail on."""
+    from evalpipe.report.compare import compare_runs
+    from evalpipe.report.load import load_run
+
+    return compare_runs(load_run(a), load_run(b), threshold=threshold, strict=strict,
+                        resamples=resamples, seed=seed)
+
+
+__all__ = ["RunResult", "compare", "load", "report", "run", "score", "validate"]

@@ -1,0 +1,86 @@
+"""The public Python API (evalpipe.run, score, report, compare, validate) on a tiny
+model built here; the command line wraps the same functions."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+import evalpipe
+from evalpipe.errors import InputError
+
+from conftest import write_jsonl
+
+
+def test_importing_evalpipe_stays_cheap():
+    code = ("import sys, evalpipe; heavy = [m for m in ('torch', 'transformers', 'pydantic', "
+            "'evalpipe.api', 'evalpipe.runner') if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_model_dir):
+    root = tmp_path_factory.mktemp("api")
+    write_jsonl(root / "q.jsonl", [
+        {"id": f"q{i}", "suite": "arithmetic", "lang": "en", "question": f"What is {i} plus 2?",
+         "answer": i + 2, "gold_calls": [{"id": "s1", "name": "add",
+                                          "arguments": {"a": i, "b": 2}}]} for i in range(3)])
+    config = {"name": "api", "questions": [str(root / "q.jsonl")],
+              "models": [{"id": str(tiny_model_dir)}], "toolsets": ["calculator"],
+              "retrieval": ["none"], "max_turns": 2,
+              "generation": {"max_new_tokens": 4, "batch_size": 4}}
+    return evalpipe.run(config, out=root / "out", use_cache=False, limit=2), root
+
+
+def test_run_returns_the_run_and_its_scores(finished_run):
+    result, _ = finished_run
+    assert result.run_dir.is_dir() and not result.helper_rank
+    scores = result.scores
+    assert len(scores["samples"]) == 2  # limit=2 of 3 questions
+    assert "/hermes/calculator/no-rag" in result.table
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert manifest["config"]["limit"] == 2  # the normalised config, overrides applied
+
+
+def test_score_report_compare_on_a_finished_run(finished_run):
+    result, _ = finished_run
+    rescored = evalpipe.score(result.run_dir)
+    assert [s["question_id"] for s in rescored["samples"]] == [
+        s["question_id"] for s in result.scores["samples"]]
+    from evalpipe.report.render import CSV_HEADER
+
+    csv = evalpipe.report(result.run_dir, "csv").splitlines()
+    assert csv[0] == ",".join(CSV_HEADER) and any(result.scores["samples"][0]["cell_id"] in row
+                                                  for row in csv[1:])
+    importlib.import_module("evalpipe.report.load")  # the package now shadows the name
+    assert callable(evalpipe.report)
+
+    assert evalpipe.report(result.run_dir, "md") == evalpipe.report(result.run_dir)
+    same = evalpipe.compare(result.run_dir, result.run_dir)
+    assert isinstance(same, evalpipe.Comparison) and same.regressions == []
+    with pytest.raises(InputError, match="unknown report format"):
+        evalpipe.report(result.run_dir, "pdf")
+
+
+def test_resume_refuses_overrides(finished_run):
+    result, _ = finished_run
+    with pytest.raises(InputError, match="recorded config"):
+        evalpipe.run(resume=result.run_dir, limit=1)
+
+
+def test_validate_lists_every_problem(tmp_path):
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"id": "x", "suite": "arithmetic"}])
+    problems = evalpipe.validate(bad)
+    assert problems and all(str(bad) in p for p in problems)
+    assert evalpipe.validate(["datasets/sample/arithmetic.jsonl"]) == []
+
+
+def test_a_typo_fails_before_any_model_loads(tmp_path):
+    with pytest.raises(InputError, match="did you mean max_turns") as err:
+        evalpipe.run({"questions": ["q.jsonl"], "max_turn": 2}, out=tmp_path)
+    assert err.value.field == "max_turn" and not (tmp_path).joinpath("latest").exists()
