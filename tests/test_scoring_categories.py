@@ -48,6 +48,9 @@ def score(sample, question):
 # One realistic transcript per rung of the ladder.
 CASES = {
     "infra_error": (CALC, {"stop_reason": "infra_error"}),
+    "tool_failure": (CALC, {"final_answer": "Kết quả là 42.", "steps": [
+        [call("add", {"a": 12, "b": 30}, 42)],
+        [call("multiply", {"a": 42, "b": 7}, error="timeout")]]}),
     "correct": (CALC, {"final_answer": "Kết quả là 294.", "steps": RIGHT_CALLS}),
     "malformed_call": (CALC, {
         "final_answer": "Kết quả là 300.",

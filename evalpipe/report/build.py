@@ -75,6 +75,8 @@ def build_report(run: RunData) -> dict[str, Any]:
             rates = _rates(g)
             accuracy.append({"cell_id": c, "suite": s, "n": g.get("n"),
                              "n_infra": g.get("n_infra", 0),
+                             "n_tool_failure": g.get("n_tool_failure", 0),
+                             "n_scorer_error": g.get("n_scorer_error", 0),
                              "metrics": {m: rates.get(m) for m in ALL_RATES if m in rates}})
 
     present = set()
@@ -121,4 +123,5 @@ def build_report(run: RunData) -> dict[str, Any]:
     return {"run_id": run.run_id, "k": k, "scorer_version": run.scores.get("scorer_version"),
             "rescored": run.rescored, "suites": suites, "cells": cell_rows,
             "category_order": order, "accuracy": accuracy, "categories": categories,
-            "cost": cost, "repeats": repeats, "audit": run.audit}
+            "cost": cost, "repeats": repeats, "audit": run.audit,
+            "unscored": run.scores.get("unscored") or []}

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from evalpipe.report.build import COST_FIELDS, MAIN_METRICS, RATIO_FIELDS, metric_label
-from evalpipe.report.tables import markdown_table
+from evalpipe.report.tables import markdown_table, unscored_text
 
 DASH = "-"
 
@@ -144,6 +144,13 @@ def render_markdown(data: dict[str, Any]) -> str:
              if r.get("n_infra") and r["suite"] == "all"]
     if infra:
         out.append("Infrastructure errors, left out of the rates: " + "; ".join(infra) + "\n")
+    failed = [f"{r['cell_id']}: {r['n_tool_failure']}" for r in data["accuracy"]
+              if r.get("n_tool_failure") and r["suite"] == "all"]
+    if failed:
+        out.append("Tool failures (a tool raised or timed out on a right call), left out of "
+                   "the rates: " + "; ".join(failed) + "\n")
+    if data.get("unscored"):
+        out.append(unscored_text(data["unscored"]))
     for metric, _, proportion in MAIN_METRICS:
         header, rows = accuracy_grid(data, metric, proportion)
         out.append(f"## {metric_label(metric, k)}\n")

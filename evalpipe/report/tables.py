@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 CATEGORY_ORDER = [
-    "correct", "infra_error", "malformed_call", "unknown_tool", "invalid_arguments", "turn_limit",
-    "no_tool_call", "unneeded_tool_call", "wrong_plan", "misreported_result", "retrieval_miss",
+    "correct", "infra_error", "tool_failure", "scorer_error", "malformed_call", "unknown_tool",
+    "invalid_arguments", "turn_limit", "no_tool_call", "unneeded_tool_call", "wrong_plan", "misreported_result", "retrieval_miss",
     "misread_context", "hallucinated_answer", "wrong_answer",
 ]
 
@@ -40,7 +40,25 @@ def score_table(scores: dict[str, Any]) -> str:
                      fmt_rate(r.get("format_valid")),
                      fmt_mean(r.get("recall@k") or r.get(f"recall@{k}") or r.get("recall")),
                      *[g["categories"].get(c, 0) for c in categories]])
-    return markdown_table(header, rows)
+    return markdown_table(header, rows) + unscored_text(scores.get("unscored") or [])
+
+
+MAX_UNSCORED_LISTED = 50
+
+
+def unscored_text(unscored: list[dict[str, Any]]) -> str:
+    """The samples the scorer failed on (kept out of every rate), one line each."""
+    if not unscored:
+        return ""
+    lines = [f"\n{len(unscored)} sample(s) could not be scored and are left out of every "
+             "rate (category scorer_error):\n"]
+    for u in unscored[:MAX_UNSCORED_LISTED]:
+        lines.append(f"- cell {u.get('cell_id')}, question {u.get('question_id')}, "
+                     f"repeat {u.get('repeat')}: {u.get('scorer_error')}")
+    if len(unscored) > MAX_UNSCORED_LISTED:
+        lines.append(f"- ... and {len(unscored) - MAX_UNSCORED_LISTED} more (scores.json, "
+                     '"unscored")')
+    return "\n".join(lines) + "\n"
 
 
 def fmt_mean(metric: dict[str, Any] | None) -> str:

@@ -4,21 +4,24 @@ The ladder (DESIGN.md, "Failure categories"):
 
  1. infra_error          the backend or the harness failed (stop_reason infra_error,
                          a sample error, or a generation that finished with "error")
- 2. correct              exact match; for abstain questions: the model abstained
- 3. malformed_call       a tool-call attempt did not parse (after the lenient parse)
- 4. unknown_tool         a call named a tool that was not offered
- 5. invalid_arguments    a call's arguments failed the tool's schema
- 6. turn_limit           max_turns reached without a final answer
- 7. no_tool_call         the gold plan needs tools that were offered, none was called
- 8. unneeded_tool_call   the gold plan is empty, tools were called, answer wrong
- 9. wrong_plan           every call well-formed, the calls do not match the gold plan;
+ 2. tool_failure         a tool raised or timed out on a call the model rightly made
+                         (a timeout, or an exception on a call matching a gold step);
+                         kept out of every rate like infra_error
+ 3. correct              exact match; for abstain questions: the model abstained
+ 4. malformed_call       a tool-call attempt did not parse (after the lenient parse)
+ 5. unknown_tool         a call named a tool that was not offered
+ 6. invalid_arguments    a call's arguments failed the tool's schema
+ 7. turn_limit           max_turns reached without a final answer
+ 8. no_tool_call         the gold plan needs tools that were offered, none was called
+ 9. unneeded_tool_call   the gold plan is empty, tools were called, answer wrong
+10. wrong_plan           every call well-formed, the calls do not match the gold plan;
                          subtype: wrong_tool, wrong_arguments, missing_step, extra_step,
                          order_violation
-10. misreported_result   the (non-empty) gold plan matched, the final answer does not
-11. retrieval_miss       RAG question, no gold passage among the chunks shown
-12. misread_context      RAG question, a gold passage was shown, answer wrong
-13. hallucinated_answer  gold is abstain, the model answered anyway
-14. wrong_answer         anything else
+11. misreported_result   the (non-empty) gold plan matched, the final answer does not
+12. retrieval_miss       RAG question, no gold passage among the chunks shown
+13. misread_context      RAG question, a gold passage was shown, answer wrong
+14. hallucinated_answer  gold is abstain, the model answered anyway
+15. wrong_answer         anything else
 
 A "RAG question" has gold passages and ran in a cell with retrieval (prepend or
 tool) or was shown chunks. The same question in a closed-book cell
@@ -28,15 +31,15 @@ Agentic RAG: a corpus question (gold passages, or an abstain question with no
 plan) asked in a cell whose retrieval mode is "tool" and that offers
 search_site has an implied plan: search (any non-empty query) before
 answering. No call at all is no_tool_call; after a search, a wrong answer
-goes to rungs 11-13 (a gold passage shown or not; an abstain question
+goes to rungs 12-14 (a gold passage shown or not; an abstain question
 answered anyway).
 
 For a RAG question whose plan matched (it searched as the gold plan says), a
-wrong answer goes on to rungs 11/12 instead of misreported_result: a search
+wrong answer goes on to rungs 12/13 instead of misreported_result: a search
 returns passages, not a value to report, so whether a gold passage came back
 is the informative split.
 
-The plan rungs (7, 9, 10) apply only when the gold plan is known and every
+The plan rungs (8, 10, 11) apply only when the gold plan is known and every
 tool it uses was offered in the cell: a calculator question asked in a cell
 with no tools is not "no_tool_call".
 """
@@ -46,7 +49,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 CATEGORIES = (
-    "infra_error", "correct", "malformed_call", "unknown_tool", "invalid_arguments",
+    "infra_error", "tool_failure", "correct", "malformed_call", "unknown_tool", "invalid_arguments",
     "turn_limit", "no_tool_call", "unneeded_tool_call", "wrong_plan", "misreported_result",
     "retrieval_miss", "misread_context", "hallucinated_answer", "wrong_answer",
 )
@@ -75,6 +78,7 @@ class Facts:
     gold_shown: bool
     abstain_gold: bool
     searched: bool | None = None  # implied-search plan: a search ran; None: no such plan
+    tool_failure: bool = False  # a tool failed the model (plan.tool_failed)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -96,6 +100,9 @@ def decide(f: Facts) -> Verdict:
     """The first rule of the ladder that applies, and why."""
     if f.infra:
         return _verdict("infra_error", "the backend or the harness failed")
+    if f.tool_failure:
+        return _verdict("tool_failure", "a tool raised or timed out on a call the model "
+                        "rightly made")
     if f.correct:
         return _verdict("correct", "the model abstained" if f.abstain_gold
                         else "the extracted answer matches the gold")

@@ -388,7 +388,7 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]],
                       {sid: assigned[sid] for sid in matched_ids})
 
 
-TOOL_FAILURES = frozenset({"tool_exception", "timeout"})
+TOOL_FAILURES = frozenset({"tool_exception", "timeout", "bad_result"})
 
 
 def tool_failed(turns: list[dict[str, Any]], gold: list[dict[str, Any]] | None) -> bool:

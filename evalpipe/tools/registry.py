@@ -2,9 +2,9 @@
 
 Model output is untrusted. A call runs only after its name is found among the
 tools offered and its arguments validate against the tool's JSON schema; every
-failure (unknown tool, bad arguments, an exception, a timeout, an over-long
-result) becomes a ToolEvent with an error that is shown to the model, never an
-exception that stops the run.
+failure (unknown tool, bad arguments, an exception, a timeout, a result JSON
+cannot hold) becomes a ToolEvent with an error that is shown to the model, never
+an exception that stops the run; an over-long result is cut to the limit.
 """
 
 from __future__ import annotations
@@ -22,6 +22,37 @@ import jsonschema
 from evalpipe.records import ToolCall, ToolEvent
 
 MAX_ARGUMENT_CHARS = 10_000  # a 10 MB "argument" is refused before validation
+MAX_MESSAGE_CHARS = 500  # of an error message shown to the model
+
+
+def _is_integer(checker: Any, value: Any) -> bool:
+    # One type rule from parse to tool: 10.0 is not an integer (JSON Schema says it is,
+    # and then fib(10.0) fails inside the tool), and neither is true.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# Draft 2020-12, with "integer" meaning a JSON integer as written.
+Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer))
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception as one bounded line (str() of an exception can itself fail)."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 -- the message is best effort
+        text = type(exc).__name__
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS] + "..."
+
+
+def result_json(result: Any) -> str:
+    """A tool result as the JSON text the model is shown. Raises ValueError for what
+    JSON cannot hold: NaN, an int over 4,300 digits, a set, a cycle, deep nesting."""
+    try:
+        return json.dumps(result, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise ValueError(_describe(exc)) from None
 
 
 @dataclass
@@ -54,7 +85,7 @@ class Toolset:
 
     def __post_init__(self):
         self._validators = {
-            name: jsonschema.Draft202012Validator(tool.parameters)
+            name: Validator(tool.parameters)
             for name, tool in self.tools.items()
         }
 
@@ -77,15 +108,21 @@ class Toolset:
             return "unknown_tool", f"unknown tool {call.name!r}; offered: {offered}"
         if not isinstance(call.arguments, dict):
             return "invalid_arguments", "arguments must be a JSON object"
-        size = len(json.dumps(call.arguments, default=str))
+        try:
+            size = len(result_json(call.arguments))
+            errors = sorted(self._validators[call.name].iter_errors(call.arguments),
+                            key=lambda e: [str(p) for p in e.path])
+        except Exception as exc:  # noqa: BLE001 -- arguments no schema can check
+            return "invalid_arguments", f"arguments cannot be checked: {_describe(exc)}"
         if size > MAX_ARGUMENT_CHARS:
             return "invalid_arguments", f"arguments are {size} characters; limit {MAX_ARGUMENT_CHARS}"
-        errors = sorted(self._validators[call.name].iter_errors(call.arguments),
-                        key=lambda e: list(e.path))
         if errors:
             first = errors[0]
             where = ".".join(str(p) for p in first.path) or "arguments"
-            return "invalid_arguments", f"{where}: {first.message}"
+            message = f"{where}: {first.message}"
+            if len(message) > MAX_MESSAGE_CHARS:
+                message = message[:MAX_MESSAGE_CHARS] + "..."
+            return "invalid_arguments", message
         return None
 
     def execute(self, calls: list[ToolCall]) -> list[ToolEvent]:
@@ -113,13 +150,18 @@ class Toolset:
         except FutureTimeout:
             event.error, event.error_message = "timeout", f"no result within {self.limits.timeout_s} s"
         except Exception as exc:  # noqa: BLE001 -- a tool's own failure is reported to the model
-            event.error, event.error_message = "tool_exception", f"{type(exc).__name__}: {exc}"
+            event.error, event.error_message = "tool_exception", _describe(exc)
         else:
-            text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
-            if len(text) > self.limits.max_result_chars:
-                event.truncated = True
-                result = text[: self.limits.max_result_chars] + " [truncated]"
-            event.result = result
+            try:
+                text = result if isinstance(result, str) else result_json(result)
+            except ValueError as exc:  # a 7,999-digit product, NaN, a set: not a result
+                event.error = "bad_result"
+                event.error_message = f"the tool's result cannot be shown: {exc}"
+            else:
+                if len(text) > self.limits.max_result_chars:
+                    event.truncated = True
+                    result = text[: self.limits.max_result_chars] + " [truncated]"
+                event.result = result
         finally:
             pool.shutdown(wait=False)
             event.ms = (time.perf_counter() - start) * 1000
@@ -132,4 +174,7 @@ def result_text(event: ToolEvent) -> str:
         return json.dumps({"error": event.error_message or event.error}, ensure_ascii=False)
     if isinstance(event.result, str):
         return event.result
-    return json.dumps(event.result, ensure_ascii=False)
+    try:
+        return result_json(event.result)
+    except ValueError as exc:  # a stub or replayed result: shown as an error, never raised
+        return json.dumps({"error": f"the tool's result cannot be shown: {exc}"})
