@@ -129,6 +129,13 @@ class ChunkingSection(_Section):
     overlap: int = Field(0, ge=0)
 
 
+class SchemaToolsSection(_Section):
+    """What a question's own schema-only tools do when called (docs/bfcl.md)."""
+
+    mode: Literal["call_only", "stub"] = "call_only"  # call_only: the first reply ends it
+    result: Any = None  # mode stub: what every schema-only call returns to the model
+
+
 class ToolLimitsSection(_Section):
     timeout_s: float = Field(5.0, gt=0)
     max_result_chars: int = Field(4000, ge=1)
@@ -165,6 +172,8 @@ class ConfigSpec(_Section):
     exclude: list[GridRule] = []
     chunking: ChunkingSection = ChunkingSection()
     tool_limits: ToolLimitsSection = ToolLimitsSection()
+    schema_tools: SchemaToolsSection = SchemaToolsSection()
+    match: Literal["evalpipe", "bfcl"] = "evalpipe"  # argument rule set (scoring/plan.py)
     k: int = Field(3, ge=1)
 
 
@@ -218,6 +227,8 @@ class RunConfig:
     custom_tools: list[str] = field(default_factory=list)
     chunking: dict[str, int] = field(default_factory=lambda: {"size": 800, "overlap": 0})
     tool_limits: dict[str, float] = field(default_factory=dict)
+    schema_tools: dict[str, Any] = field(default_factory=dict)
+    match: str = "evalpipe"
     k: int = 3
     include: list[dict[str, Any]] = field(default_factory=list)
     exclude: list[dict[str, Any]] = field(default_factory=list)
@@ -229,6 +240,7 @@ class RunConfig:
         self.retrieval = [_retrieval_defaults(r, self.k) for r in self.retrieval]
         self.chunking = {"size": 800, "overlap": 0, **self.chunking}
         self.tool_limits = {**ToolLimitsSection().model_dump(), **self.tool_limits}
+        self.schema_tools = {**SchemaToolsSection().model_dump(), **self.schema_tools}
 
     def to_dict(self) -> dict[str, Any]:
         """The normalised config: what the manifest records and the hash covers."""
@@ -396,6 +408,8 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
         custom_tools=spec.custom_tools,
         chunking=spec.chunking.model_dump(),
         tool_limits=spec.tool_limits.model_dump(),
+        schema_tools=spec.schema_tools.model_dump(),
+        match=spec.match,
         k=spec.k,
         include=[r.model_dump(exclude_none=True) for r in spec.include],
         exclude=[r.model_dump(exclude_none=True) for r in spec.exclude],

@@ -46,6 +46,8 @@ class Question:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("source")
+        if not data["tools"]:  # absent, as before questions could carry tools
+            del data["tools"]
         return data
 
     @property

@@ -89,6 +89,7 @@ def fingerprint(cell: Cell, backend_facts: dict, toolset_schemas: list, config: 
         "chunking": config.chunking if cell.retrieval["mode"] != "none" else None,
         "generation": config.generation.to_dict(), "max_turns": config.max_turns,
         "system_prompt": config.system_prompt or DEFAULT_SYSTEM_PROMPT,
+        **({"schema_tools": config.schema_tools} if any(q.tools for q in questions) else {}),
         "questions": stable_hash([q.to_dict() for q in questions]),
     }, n=16)
 
@@ -286,6 +287,7 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
         limits.max_result_chars = max(limits.max_result_chars,
                                       k * (config.chunking["size"] + 200))
     toolset = build_toolset(cell.toolset, custom=config.custom_tools, limits=limits)
+    toolset.stub_result = config.schema_tools["result"]
     if retrieval["mode"] == "tool":  # agentic RAG: retrieval is one more tool
         toolset = toolset.with_tools(search_site_tool(search, k))
     fmt = get_format(cell.format, tools=toolset.schemas())
@@ -302,7 +304,9 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
         settings=settings, backend=backend, fmt=fmt, toolset=toolset,
         generation=config.generation, max_turns=config.max_turns,
         system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
-        retrieve=search if retrieval["mode"] == "prepend" else None, k=k)
+        retrieve=search if retrieval["mode"] == "prepend" else None, k=k,
+        question_tools=cell.toolset != "none",
+        call_only=config.schema_tools["mode"] == "call_only")
 
 
 def score_run(store: RunStore, k: int | None = None) -> dict[str, Any]:

@@ -190,6 +190,18 @@ def evalpipe_verdict(record: dict, output: list[dict], rules: str) -> bool:
     return match_plan(executed, record["gold_calls"], rules).exact
 
 
+def schema_problems(row: dict[str, Any]) -> list[str]:
+    """The schema-check messages of a row's calls (why evalpipe called them invalid)."""
+    toolset = Toolset({t["function"]["name"]: schema_tool(t) for t in row["record"]["tools"]})
+    out = []
+    for call in row["output"]:
+        (name, args), = call.items()
+        problem = toolset.check(ToolCall(name, args))
+        if problem:
+            out.append(problem[1])
+    return out
+
+
 def cases(data: BfclData, categories=AST_CATEGORIES) -> Iterator[dict[str, Any]]:
     """Every (item, perturbation) with both verdicts."""
     for category in categories:
@@ -210,7 +222,8 @@ def agreement(data: BfclData, categories=AST_CATEGORIES) -> list[dict[str, Any]]
     for case in cases(data, categories):
         bfcl = check(case["item"]["function"], case["output"], case["answer"]["ground_truth"],
                      case["category"])
-        rows.append({**{k: case[k] for k in ("category", "id", "perturbation", "output")},
+        rows.append({**{k: case[k] for k in ("category", "id", "perturbation", "output",
+                                             "record")},
                      "bfcl": bfcl,
                      "evalpipe": evalpipe_verdict(case["record"], case["output"], "evalpipe"),
                      "match_bfcl": evalpipe_verdict(case["record"], case["output"], "bfcl")})

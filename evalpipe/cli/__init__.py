@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from evalpipe.cli import audit, check, measure, report, retrieve, run
+from evalpipe.cli import audit, check, import_cmd, measure, report, retrieve, run
 
 
 @click.group()
@@ -19,7 +19,7 @@ def main():
 
 for command in (run.run, run.score, check.validate, check.models, report.report,
                 report.compare, retrieve.retrieve, measure.measure_formats,
-                audit.audit):
+                audit.audit, import_cmd.import_group):
     main.add_command(command)
 
 if __name__ == "__main__":

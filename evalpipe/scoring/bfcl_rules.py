@@ -41,6 +41,8 @@ def _value(got: Any, want: Any, loose: bool) -> bool:
         return alternatives is None or any(_value(got, a, loose) for a in alternatives)
     tw, tg = type(want), type(got)
     if tw is str:
+        if want.startswith("$$"):  # the plan matcher hands over unresolved steps as written
+            want = want[1:]
         return tg is str and standardize(got) == standardize(want)
     if tw is list:
         return tg is list and len(got) == len(want) and all(

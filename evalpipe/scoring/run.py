@@ -7,6 +7,7 @@ from typing import Any
 from evalpipe.errors import InputError
 from evalpipe.questions import Question
 from evalpipe.scoring.aggregate import aggregate
+from evalpipe.scoring.plan import RULE_SETS
 from evalpipe.scoring.score import SCORER_VERSION, score_sample
 
 SCORER_ERROR = "scorer_error"
@@ -27,12 +28,22 @@ def unscored(sample: dict[str, Any], question: Question, exc: Exception) -> dict
             "category": SCORER_ERROR, "subtype": None, "flags": [], "cost": {}}
 
 
+def match_rules(manifest: dict[str, Any]) -> str:
+    """The run's argument rule set (config key `match`), checked against RULE_SETS."""
+    rules = (manifest.get("config") or {}).get("match") or "evalpipe"
+    if rules not in RULE_SETS:
+        raise InputError(f"unknown rule set {rules!r}", field="match",
+                         expected=" | ".join(RULE_SETS))
+    return rules
+
+
 def score_records(manifest: dict[str, Any], questions: dict[str, Question],
                   samples: list[dict[str, Any]], k: int | None = None,
                   source: str = "samples.jsonl") -> dict[str, Any]:
     """scores.json content: every sample scored, the per cell x suite aggregates, and
     "unscored": the samples the scorer failed on (a scorer bug must not cost a run)."""
     k = k or int((manifest.get("config") or {}).get("k", 3))
+    rules = match_rules(manifest)
     scored = []
     failed = []
     for s in samples:
@@ -40,7 +51,7 @@ def score_records(manifest: dict[str, Any], questions: dict[str, Question],
         if q is None:
             raise InputError(f"sample for unknown question {s['question_id']!r}", file=source)
         try:
-            scored.append(score_sample(s, q, k=k))
+            scored.append(score_sample(s, q, k=k, rules=rules))
         except Exception as exc:  # noqa: BLE001 -- recorded per sample, the rest is scored
             scored.append(unscored(s, q, exc))
             failed.append({key: scored[-1][key] for key in

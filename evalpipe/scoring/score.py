@@ -8,7 +8,7 @@ facts (categories.Facts, decided by categories.decide) and flags.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from evalpipe.questions import Question
@@ -157,7 +157,7 @@ def search_plan(executed: list[Executed]) -> PlanResult:
 
 
 def plan_stage(question: Question, turns: list[dict[str, Any]], offered: set[str] | None,
-               mode: str) -> PlanStage:
+               mode: str, rules: str = "evalpipe") -> PlanStage:
     gold_calls = question.gold_calls
     implied = (mode == "tool" and corpus_question(question)
                and (offered is None or SEARCH_TOOL in offered))
@@ -168,7 +168,7 @@ def plan_stage(question: Question, turns: list[dict[str, Any]], offered: set[str
     result = None
     if applicable:
         executed = executed_calls(turns)
-        result = search_plan(executed) if implied else match_plan(executed, steps)
+        result = search_plan(executed) if implied else match_plan(executed, steps, rules)
     return PlanStage(applicable, steps, implied, result)
 
 
@@ -274,8 +274,16 @@ def flags(question: Question, gold: Gold, final: str, m: AnswerMatch, calls: Cal
 
 # --- the whole sample -------------------------------------------------------------------
 
-def score_sample(sample: dict[str, Any], question: Question, k: int = 3) -> dict[str, Any]:
-    """Score one sample against its question. See docs/scoring.md for every field."""
+def calls_verdict(calls: CallStats, plan: PlanStage) -> bool:
+    """answer_type "calls" (BFCL's verdict): every call attempt valid and the plan
+    matched; with an empty plan, no call at all."""
+    return calls.format_valid is not False and bool(plan.result and plan.result.exact)
+
+
+def score_sample(sample: dict[str, Any], question: Question, k: int = 3,
+                 rules: str = "evalpipe") -> dict[str, Any]:
+    """Score one sample against its question; `rules`: the argument rule set of the
+    plan matcher (scoring/plan.py RULE_SETS). See docs/scoring.md for every field."""
     settings = sample.get("settings") or {}
     turns = sample.get("turns") or []
     final = sample.get("final_answer") or ""
@@ -286,7 +294,10 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3) -> dict
 
     m = match_answer(final, gold)
     calls = call_stats(turns, offered)
-    plan = plan_stage(question, turns, offered, mode)
+    plan = plan_stage(question, turns, offered, mode, rules)
+    if gold.answer_type == "calls":  # no answer to read: the calls are the answer
+        ok = calls_verdict(calls, plan)
+        m = replace(m, exact=ok, strict=ok, lenient=ok)
     retrieval = retrieval_stage(sample, question, mode, k)
     f = facts(sample, question, gold, m, calls, plan, retrieval)
     verdict = decide(f)
