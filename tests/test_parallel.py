@@ -116,7 +116,7 @@ def test_merge_keeps_earlier_samples_drops_torn_lines_and_duplicates(tmp_path):
     _write_part(tmp_path, 0, [_sample("c", "q1"), _sample("c", "q2")],
                 torn='{"cell_id": "c", "quest')  # rank 0 was killed mid-write
     _write_part(tmp_path, 1, [_sample("c", "q3", 1)])
-    assert done_pairs(tmp_path) == {("c", "q1"), ("c", "q2"), ("c", "q3")}
+    assert done_pairs(tmp_path) == {("c", "q1", 0), ("c", "q2", 0), ("c", "q3", 0)}
     assert merge_parts(tmp_path, 2) == 3
     merged = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert [s["question_id"] for s in merged] == ["q1", "q2", "q3"]
@@ -295,3 +295,16 @@ def test_two_ranks_write_the_same_run_as_one_process(tmp_path, echo_server):
         (s["cell_id"], s["question_id"], s["final_answer"]) for s in b]
     assert not list(two.glob("samples.part*")) and not list(two.glob("part*.done"))
     assert (two / "scores.json").is_file()
+
+
+def test_merge_keeps_every_repeat_in_cell_repeat_question_order(tmp_path):
+    _write_run(tmp_path, ["q1", "q2"], ["c"])
+    rep = [{**_sample("c", q, rank), "repeat": r} for r in (1, 0) for q, rank in
+           (("q2", 1), ("q1", 0))]
+    _write_part(tmp_path, 0, [s for s in rep if s["rank"] == 0])
+    _write_part(tmp_path, 1, [s for s in rep if s["rank"] == 1] + [rep[0]])  # a duplicate
+    assert done_pairs(tmp_path) == {("c", q, r) for q in ("q1", "q2") for r in (0, 1)}
+    assert merge_parts(tmp_path, 2) == 4
+    merged = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [(s["repeat"], s["question_id"]) for s in merged] == [
+        (0, "q1"), (0, "q2"), (1, "q1"), (1, "q2")]
