@@ -177,3 +177,15 @@ def test_report_shows_repeats_and_flipping_questions(tmp_path):
     md = render_markdown(data)
     assert "## Repeats" in md and "pass^3" in md and "flipping in" in md and "a1" in md
     assert "Questions that flip" in render_html(run, data)
+
+
+def test_tidy_csv_carries_pass_k_flip_rate_and_noise_floor(tmp_path):
+    from evalpipe.report.build import build_report
+    from evalpipe.report.render import tidy_rows
+
+    run = _repeat_run(tmp_path, "a", {"a1": [True, False], "a2": [True, True]})
+    rows = {r["metric"]: r for r in tidy_rows(build_report(run))}
+    assert rows["pass^2"]["value"] == pytest.approx(0.5)
+    assert rows["pass@2"]["value"] == pytest.approx(1.0)
+    assert rows["flip_rate"]["value"] == pytest.approx(0.5) and rows["flip_rate"]["n"] == 2
+    assert rows["noise_floor"]["n"] == 2

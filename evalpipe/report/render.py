@@ -206,8 +206,9 @@ CSV_HEADER = ["cell_id", "suite", "metric", "value", "n", "lo", "hi"]
 def tidy_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per cell x suite x metric. Metrics: every rate (exact, format_valid, ...,
     recall@k with k spelled out), category:<name> (share, Wilson interval),
-    cost:<field>:mean|p50|p95 and cost_ratio:<field> (vs the baseline cell); suite "all"
-    for categories and costs."""
+    cost:<field>:mean|p50|p95 and cost_ratio:<field> (vs the baseline cell), pass^<k>,
+    pass@<k>, flip_rate and noise_floor (docs/noise.md); suite "all" for categories,
+    costs and repeats."""
     k = data["k"]
     rows = []
     for r in data["accuracy"]:
@@ -234,6 +235,16 @@ def tidy_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
                 rows.append({"cell_id": r["cell_id"], "suite": "all",
                              "metric": f"cost_ratio:{f}", "value": r["ratios"][f],
                              "n": r["n"], "lo": None, "hi": None})
+    for r in data.get("repeats") or []:
+        named = [(f"{est}{k}", m) for est, key in (("pass^", "pass^k"), ("pass@", "pass@k"))
+                 for k, m in r[key].items()] + [("flip_rate", r.get("flip_rate"))]
+        for metric, m in named:
+            if m and m.get("n"):
+                rows.append({"cell_id": r["cell_id"], "suite": "all", "metric": metric,
+                             "value": m["rate"], "n": m["n"], "lo": m["lo"], "hi": m["hi"]})
+        rows.append({"cell_id": r["cell_id"], "suite": "all", "metric": "noise_floor",
+                     "value": r.get("noise_floor"), "n": r["questions"], "lo": None,
+                     "hi": None})
     return rows
 
 
