@@ -190,8 +190,9 @@ class Engine:
             parsed = strict = ParseResult(calls=gen.tool_calls, content=text.content,
                                           reasoning=text.reasoning)
         else:
-            strict = cell.fmt.parse(gen.text, lenient=False)
-            parsed = cell.fmt.parse(gen.text, lenient=True)
+            cut_off = gen.finish_reason == "length"  # a call open at the end is truncated
+            strict = cell.fmt.parse(gen.text, lenient=False, cut_off=cut_off)
+            parsed = cell.fmt.parse(gen.text, lenient=True, cut_off=cut_off)
         calls = [ToolCall(call.name, call.arguments, id=f"call_{turn}_{i}")
                  for i, call in enumerate(parsed.calls)]
         record.calls = [call.to_dict() for call in calls]

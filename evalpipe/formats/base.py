@@ -34,6 +34,9 @@ ERROR_KINDS = frozenset({
     "missing_arguments",  # arguments under another key than the protocol's (strict)
     "arguments_not_object",  # arguments are a string, list, number, ... (strict: any non-object)
     "duplicate_parameter",  # xml: the same <parameter=...> twice (strict)
+    "duplicate_key",  # a JSON object gives a key twice (strict; lenient: last wins, repaired)
+    "bad_name",  # xml: a function or parameter name that is not an identifier
+    "truncated_call",  # the reply hit the token limit inside a call; never repaired into one
     "unknown_parameter_type",  # xml: the schema names a type the format cannot convert to (strict)
     "imitated_turn",  # the reply fakes a tool response or a new chat turn; cut there
     "parser_bug",  # the parser itself failed (a bug: tests assert it never happens)
@@ -108,7 +111,11 @@ class Format(ABC):
 
     @abstractmethod
     def parse(self, text: str, *, lenient: bool = True) -> ParseResult:
-        """Tool calls and typed errors read from one reply. Never raises."""
+        """Tool calls and typed errors read from one reply. Never raises.
+
+        Every format also takes `cut_off=True` (added by the guard below): the
+        generation stopped at max_new_tokens, so a call still open at the end is a
+        truncated_call error and is never repaired into a call that runs."""
 
     def render_call(self, call: ToolCall) -> str:
         """One call written the way the protocol asks the model to write it."""
@@ -158,9 +165,11 @@ def _guarded(parse):
         return parse
 
     @functools.wraps(parse)
-    def guarded(self, text, *, lenient: bool = True):
+    def guarded(self, text, *, lenient: bool = True, cut_off: bool = False):
         try:
             result = parse(self, text, lenient=lenient)
+            if cut_off and result.calls:
+                result = _without_cut_call(self, parse, text, lenient, result)
         except Exception as exc:  # noqa: BLE001 - reported, never raised
             result = ParseResult(content="")
             result.errors.append(error("parser_bug", f"{type(exc).__name__}: {exc}",
@@ -176,6 +185,46 @@ def _guarded(parse):
 
     guarded._guarded = True
     return guarded
+
+
+# Where a call attempt starts, in every format: a <tool_call> tag, an xml <function=...>,
+# or a JSON object (or list of objects) whose first key names the tool.
+CALL_START = re.compile(r"<tool_call>|<function\s*=|\[?\s*\{\s*[\"']?(?:name|tool|function)"
+                        r"[\"']?\s*:")
+_WRAPPER_END = re.compile(r"(?:<tool_call>|\[)\s*$")
+
+
+def last_call_start(text: str) -> int | None:
+    """Offset of the last call attempt in a reply (the outermost of nested openings)."""
+    start = None
+    for match in CALL_START.finditer(text):
+        start = match.start()
+    if start is None:
+        return None
+    wrapper = _WRAPPER_END.search(text, 0, start)
+    while wrapper is not None:  # "<tool_call>\n<function=" or "<tool_call>{" starts earlier
+        start = wrapper.start()
+        wrapper = _WRAPPER_END.search(text, 0, start)
+    return start
+
+
+def _without_cut_call(fmt: Format, parse, text: str, lenient: bool,
+                      result: ParseResult) -> ParseResult:
+    """A reply cut off by the token limit: if its last call attempt is unfinished (the
+    strict parser does not accept it alone), that call is a truncated_call error, not
+    a call the lenient parser completes and runs (multiply(3313, 25) from "...258")."""
+    start = last_call_start(text)
+    if start is None:
+        return result
+    tail = parse(fmt, text[start:], lenient=False)
+    if tail.calls and not tail.errors:
+        return result  # the last call was finished before the limit
+    head = parse(fmt, text[:start], lenient=lenient)
+    if len(head.calls) >= len(result.calls):
+        return result  # the cut-off tail held no call the lenient parser read
+    head.errors.append(error("truncated_call", "the reply reached the token limit inside "
+                             "this call; it is not run", text[start:]))
+    return head
 
 
 def merge_system(messages: list[dict[str, Any]], extra: str) -> list[dict[str, Any]]:

@@ -118,6 +118,7 @@ _MESSAGES = {
     "too_long": "{where} is too long to parse",
     "too_deep": "{where} nests brackets too deeply",
     "bad_number": "{where} holds a number out of range",
+    "duplicate_key": "{where} gives a key twice",
 }
 
 

@@ -9,9 +9,11 @@ lenient format validity side by side:
 - single-quoted strings (`{'a': 'x'}`) and Python literals True/False/None,
 - bare identifier keys (`{a: 1}`),
 - raw control characters (newlines, tabs) inside strings,
-- missing closing brackets and an unterminated last string.
+- missing closing brackets and an unterminated last string,
 
-Error kinds returned: too_long, too_deep, empty, not_json, bad_number.
+- a key given twice (the last value is kept; strict mode: duplicate_key).
+
+Error kinds returned: too_long, too_deep, empty, not_json, bad_number, duplicate_key.
 """
 
 from __future__ import annotations
@@ -52,9 +54,25 @@ def _parse_constant(text: str) -> Any:
     raise _BadNumber(f"{text} is not a JSON number")
 
 
-def _json(text: str, *, strict: bool = True) -> Any:
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _DuplicateKey(f"key {key[:40]!r} given twice")
+    return obj
+
+
+def _json(text: str, *, strict: bool = True, unique: bool = True) -> Any:
+    # unique: a key given twice ({"name": "add", "name": "subtract"}) is an error, not
+    # "the last one wins" in silence
     return json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
-                      parse_constant=_parse_constant, strict=strict)
+                      parse_constant=_parse_constant, strict=strict,
+                      object_pairs_hook=_unique_pairs if unique else None)
 
 
 def nesting_depth(text: str) -> int:
@@ -93,11 +111,14 @@ def loads_value(body: str, *, lenient: bool) -> tuple[Any, str | None, bool]:
         return _json(body), None, False
     except _BadNumber:
         return None, "bad_number", False
+    except _DuplicateKey:
+        if not lenient:
+            return None, "duplicate_key", False
     except (ValueError, RecursionError):
         if not lenient:
             return None, "not_json", False
-    try:
-        return _json(repair_json(body), strict=False), None, True
+    try:  # lenient: repaired, a repeated key keeps its last value, and both are marked
+        return _json(repair_json(body), strict=False, unique=False), None, True
     except _BadNumber:
         return None, "bad_number", False
     except (ValueError, RecursionError):

@@ -55,7 +55,10 @@ PARAMETER = re.compile(
     r"<parameter\s*=\s*([^>\n]*)>(.*?)(</parameter>|(?=<parameter\s*=)|(?=</function>)|$)", re.DOTALL)
 STRAY_TAG = re.compile(r"</?tool_call>|<function\s*=[^>\n]*>|</function>|</parameter>"
                        r"|<parameter\s*=[^>\n]*>")
-_INT = re.compile(r"-?\d+(?:\.0*)?")
+_INT = re.compile(r"-?\d+")  # "10.0" is no integer: the same rule as the tool's schema check
+# Function and parameter names are identifiers (dots and dashes allowed: "math.sqrt");
+# anything else, such as tag debris ("null.5</function"), is a malformed call.
+IDENTIFIER = re.compile(r"[^\W\d][\w.\-]*")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|-?\.\d+(?:[eE][+-]?\d+)?")
 KNOWN_TYPES = ("string", "integer", "number", "boolean", "null", "object", "array")
 
@@ -206,6 +209,10 @@ class XmlFormat(PromptProtocolFormat):
             result.errors.append(error("missing_name", f"{where}: <function=> without a name",
                                        match.group(0)))
             return
+        if not IDENTIFIER.fullmatch(name):
+            result.errors.append(error("bad_name", f"{where}: function name {name[:40]!r} is "
+                                       "not an identifier", match.group(0)))
+            return
         if not closed:
             if not lenient:
                 result.errors.append(error("unclosed_tag", f"{where}: <function={name}> without "
@@ -219,6 +226,10 @@ class XmlFormat(PromptProtocolFormat):
             if not key:
                 result.errors.append(error("missing_name", f"{where}: <parameter=> without a name",
                                            param.group(0)))
+                return
+            if not IDENTIFIER.fullmatch(key):
+                result.errors.append(error("bad_name", f"{where}: parameter name {key[:40]!r} "
+                                           "is not an identifier", param.group(0)))
                 return
             if param.group(3) != "</parameter>":
                 if not lenient:
