@@ -37,9 +37,21 @@ class GenerationCache:
 
     def _model_key(self, backend: Backend) -> str:
         if id(backend) not in self._model_keys:
-            facts = {k: v for k, v in backend.describe().items() if k != "path"}
-            self._model_keys[id(backend)] = json.dumps(facts, sort_keys=True, default=str)
+            self._model_keys[id(backend)] = self.model_key(backend.describe())
         return self._model_keys[id(backend)]
+
+    @staticmethod
+    def model_key(facts: dict) -> str:
+        """The model part of a key, from backend.describe() facts (as a manifest records
+        them), so a reply can be looked up without loading the model."""
+        return json.dumps({k: v for k, v in facts.items() if k != "path"}, sort_keys=True,
+                          default=str)
+
+    def lookup(self, model_key: str, prompt: str, settings: GenerationSettings
+               ) -> Generation | None:
+        """The stored reply to `prompt`, or None; counts as neither hit nor miss."""
+        key = self.key(model_key, prompt, settings)
+        return self._get_many([key]).get(key)
 
     @staticmethod
     def key(model_key: str, prompt: str, settings: GenerationSettings) -> str:

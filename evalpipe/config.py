@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalpipe.backends.base import GenerationSettings
 from evalpipe.errors import InputError
+from evalpipe.questions import BFCL_SOURCE
 
 RETRIEVAL_MODES = ("none", "prepend", "tool")
 
@@ -383,7 +384,9 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
 
     def resolve(p: str) -> str:
         # Paths are relative to the working directory when they exist there, else to the config.
-        return p if Path(p).exists() or Path(p).is_absolute() else str(base / p)
+        if p.startswith(BFCL_SOURCE) or Path(p).exists() or Path(p).is_absolute():
+            return p
+        return str(base / p)
 
     if spec.corpus is None and any(r.mode != "none" for r in spec.retrieval):
         raise InputError("retrieval is on but no corpus is named", file=source, field="corpus",

@@ -108,6 +108,12 @@ class Backend(ABC):
         """A session that prompts can be submitted to one at a time."""
         return GenerationSession(self, settings)
 
+    def probe_session(self, settings: GenerationSettings) -> GenerationSession:
+        """A session for timing requests one at a time as a single user would see them:
+        nothing is reused from earlier requests (a backend that keeps prompt prefixes
+        overrides this to start cold)."""
+        return self.session(settings)
+
     def describe(self) -> dict[str, Any]:
         """Facts for the manifest and the cell fingerprint."""
         return {"model_id": self.model_id}

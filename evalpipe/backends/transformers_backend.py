@@ -41,6 +41,24 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 FALLBACK_TEMPLATE = "{{ bos_token if bos_token else '' }}" + PLAIN_TEMPLATE
 
 
+def load_tokenizer(path) -> tuple[Any, bool]:
+    """The model's tokenizer, given the plain template where it has no chat template;
+    and whether it got it. No weights are read (`evalpipe plan` renders with this)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    plain = not tokenizer.chat_template
+    if plain:
+        tokenizer.chat_template = FALLBACK_TEMPLATE
+    return tokenizer, plain
+
+
+def render_chat(tokenizer, messages, tools) -> str:
+    """The exact prompt text of a conversation, as the model is sent it."""
+    return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
+                                         tokenize=False)
+
+
 class _FirstTokenClock:
     """A logits processor that notes when the first new token is being chosen:
     everything before it is prefill (time to first token)."""
@@ -60,7 +78,7 @@ class TransformersBackend(Backend):
         """`generation`: "auto" (the batching loop where the model allows it, else
         `model.generate`), "loop" or "hf". `prefix_reuse`: prefill the prompts'
         shared prefix once and keep it for later calls."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         threads = os.environ.get("EVALPIPE_TORCH_THREADS")
         if threads:  # on a shared or oversubscribed machine, 1 thread can be several times faster
@@ -74,7 +92,7 @@ class TransformersBackend(Backend):
         self.model_id, self.dtype, self.device = model_id, dtype, device
         self.path = resolve_model(model_id)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+            self.tokenizer, self.plain_template = load_tokenizer(self.path)
             self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=DTYPES[dtype])
         except OSError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -85,9 +103,6 @@ class TransformersBackend(Backend):
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.plain_template = not self.tokenizer.chat_template
-        if self.plain_template:
-            self.tokenizer.chat_template = FALLBACK_TEMPLATE
         self.eos_ids = self._eos_ids()
         if generation not in ("auto", "loop", "hf"):
             raise InputError(f"unknown generation mode {generation!r}", field="generation",
@@ -132,8 +147,7 @@ class TransformersBackend(Backend):
         }
 
     def render(self, messages, tools):
-        return self.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        return render_chat(self.tokenizer, messages, tools)
 
     def generate(self, prompts, settings: GenerationSettings, progress=None):
         if not prompts:
@@ -151,6 +165,11 @@ class TransformersBackend(Backend):
         if self.generation == "hf":
             return super().session(settings)
         return _LoopSession(self, settings)
+
+    def probe_session(self, settings: GenerationSettings) -> GenerationSession:
+        if self.generation == "hf":
+            return super().session(settings)
+        return _LoopSession(self, settings, prefix_reuse=False)  # every prompt prefilled whole
 
     def _cut(self, gen: Generation) -> Generation:
         """A base model on the plain template writes the next turns itself: keep its own."""
@@ -229,12 +248,13 @@ class TransformersBackend(Backend):
 class _LoopSession(GenerationSession):
     """Prompts join the running batch of the decode loop as they are submitted."""
 
-    def __init__(self, backend: TransformersBackend, settings: GenerationSettings):
+    def __init__(self, backend: TransformersBackend, settings: GenerationSettings,
+                 prefix_reuse: bool | None = None):
         super().__init__(backend, settings)
         self.decoder = backend.batcher.session(
             max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
             temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed,
-            prefix_reuse=backend.prefix_reuse)
+            prefix_reuse=backend.prefix_reuse if prefix_reuse is None else prefix_reuse)
 
     @property
     def pending(self) -> int:

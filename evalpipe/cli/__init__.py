@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from evalpipe.cli import audit, check, import_cmd, measure, report, retrieve, run
+from evalpipe.cli import audit, check, import_cmd, measure, report, retrieve, run, show
 
 
 @click.group()
@@ -17,8 +17,8 @@ def main():
     """Batch evaluation of LLM tool calling, agent loops and RAG."""
 
 
-for command in (run.run, run.score, check.validate, check.models, report.report,
-                report.compare, retrieve.retrieve, measure.measure_formats,
+for command in (run.run, run.plan, run.score, check.validate, check.models, report.report,
+                report.compare, retrieve.retrieve, measure.measure_formats, show.show,
                 audit.audit, import_cmd.import_group):
     main.add_command(command)
 

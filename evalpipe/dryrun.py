@@ -1,0 +1,238 @@
+"""A plan before the run: what a config will cost, without loading a model.
+
+`evalpipe plan` (and `evalpipe run --dry-run`) lists the cells and their
+samples, renders every first-turn prompt with the model's own tokenizer and
+chat template (no weights are read) and counts its tokens, and asks the reply
+cache what it already holds. Where the cache holds a reply, the conversation
+is followed through it (tools run as in a real run), so later turns are
+counted too and a fully cached sample costs nothing. The wall-time estimate
+comes from the last finished run of the same model on this machine: its
+seconds per generated sample times the samples this run still has to
+generate. Without such a run there is no estimate, and the plan says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings
+from evalpipe.cache import GenerationCache
+from evalpipe.config import RunConfig
+from evalpipe.engine import Engine
+from evalpipe.records import Generation
+from evalpipe.store import machine
+
+NOT_CACHED = "not in the reply cache"
+
+
+class TemplateBackend(Backend):
+    """A local model's tokenizer and chat template, without its weights: renders
+    prompts exactly as the transformers backend does, and counts their tokens."""
+
+    def __init__(self, model_id: str):
+        from evalpipe.backends.models import resolve_model
+        from evalpipe.backends.transformers_backend import load_tokenizer
+
+        self.model_id = model_id
+        self.tokenizer, _ = load_tokenizer(resolve_model(model_id))
+
+    @property
+    def template_supports_tools(self) -> bool:
+        return "tools" in (self.tokenizer.chat_template or "")
+
+    def render(self, messages, tools):
+        from evalpipe.backends.transformers_backend import render_chat
+
+        return render_chat(self.tokenizer, messages, tools)
+
+    def count(self, prompt: str) -> int:
+        return len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+
+    def generate(self, prompts, settings, progress=None):
+        raise RuntimeError("a plan never generates")
+
+
+class _CacheOnly(GenerationSession):
+    """Replies from the cache only; a prompt the cache lacks ends its conversation
+    (that sample has to be generated). Counts every prompt's tokens."""
+
+    def __init__(self, backend: TemplateBackend, settings: GenerationSettings,
+                 cache: GenerationCache | None, model_key: str | None, tally: dict[str, Any]):
+        super().__init__(backend, settings)
+        self.cache, self.model_key, self.tally = cache, model_key, tally
+        self.ready: list[tuple[Hashable, Generation]] = []
+
+    @property
+    def pending(self) -> int:
+        return len(self.ready)
+
+    def submit(self, key, prompt: str) -> None:
+        tokens = self.backend.count(prompt)
+        self.tally["prompt_tokens"] += tokens
+        if key not in self.tally["first"]:
+            self.tally["first"][key] = tokens
+        gen = None
+        if self.cache is not None and self.model_key is not None:
+            gen = self.cache.lookup(self.model_key, prompt, self.settings)
+        if gen is not None:
+            self.tally["replies_held"] += 1
+        self.ready.append((key, gen or Generation("", finish_reason="error", error=NOT_CACHED)))
+
+    def poll(self):
+        out, self.ready = self.ready, []
+        return out
+
+
+def _manifests(out_root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Finished runs under `out_root`, newest first."""
+    found = []
+    for path in out_root.glob("*/manifest.json"):
+        if path.parent.is_symlink():
+            continue
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if manifest.get("finished"):
+            found.append((path.parent, manifest))
+    return sorted(found, key=lambda pm: pm[1].get("finished", ""), reverse=True)
+
+
+def _cells_of(manifest: dict[str, Any], model: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in (manifest.get("cells") or {}).values()
+            if (c.get("settings") or {}).get("model") == model]
+
+
+def _seconds(stamp: str) -> float:
+    return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z"))
+
+
+def last_run_rate(runs: list[tuple[Path, dict[str, Any]]], model: dict[str, Any]
+                  ) -> dict[str, Any] | None:
+    """Seconds per generated sample in the newest finished run on this machine that
+    ran only this model (its model load and scoring included)."""
+    here = machine()
+    for path, manifest in runs:
+        cells = manifest.get("cells") or {}
+        if not cells or len(_cells_of(manifest, model)) != len(cells) \
+                or manifest.get("machine") != here or manifest.get("resumed"):
+            continue
+        generated = 0
+        for line in (path / "samples.jsonl").open(encoding="utf-8"):
+            sample = json.loads(line) if line.strip() else {}
+            if any(not t.get("cached") for t in sample.get("turns") or ()):
+                generated += 1
+        if not generated:
+            continue
+        elapsed = _seconds(manifest["finished"]) - _seconds(manifest["started"])
+        return {"run": path.name, "seconds_per_sample": elapsed / generated,
+                "generated": generated, "elapsed_s": elapsed}
+    return None
+
+
+def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
+              cache: GenerationCache | None = None) -> dict[str, Any]:
+    """The plan of `config` as plain data (see `render_plan`)."""
+    from evalpipe.runner import Corpus, _runtime, select_questions
+
+    questions = select_questions(config)
+    cells = config.cells()
+    corpus = None
+    if config.corpus and any(c.retrieval["mode"] != "none" for c in cells):
+        from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
+
+        docs = load_corpus(config.corpus)
+        corpus = Corpus(chunk_corpus(docs, config.chunking["size"], config.chunking["overlap"]),
+                        corpus_version(docs))
+    seeds = config.repeat_seeds()
+    runs = _manifests(Path(out_root))
+    plan_cells, models = [], []
+    for model in config.models:
+        model_cells = [c for c in cells if c.model is model]
+        earlier = next((_cells_of(m, model)[0] for _, m in runs if _cells_of(m, model)), None)
+        facts = (earlier or {}).get("model")
+        renderer, note = None, None
+        if model.get("backend", "transformers") == "transformers":
+            renderer = TemplateBackend(model["id"])
+        else:
+            note = f"prompts not counted: the {model.get('backend')} backend renders them"
+        model_key = GenerationCache.model_key(facts) if facts else None
+        to_generate = 0
+        for cell in model_cells:
+            row = {"cell_id": cell.id, "samples": len(questions) * len(seeds), "cached": None,
+                   "replies_held": None, "first_turn_tokens": None, "prompt_tokens": None}
+            if renderer is not None:
+                tally = {"prompt_tokens": 0, "replies_held": 0, "first": {}, "cached": 0}
+                runtime = _runtime(cell, renderer, facts or {}, config, corpus, questions)
+                for seed in seeds:
+                    tally["first"] = {}
+                    rep = dataclasses.replace(runtime, generation=dataclasses.replace(
+                        runtime.generation, seed=seed))
+                    engine = Engine(lambda b, g: _CacheOnly(b, g, cache, model_key, tally))
+                    for ended in engine.run(rep, questions, "plan", window=len(questions)):
+                        tally["cached"] += sum(s.error != NOT_CACHED for s in ended)
+                    row["first_turn_tokens"] = (row["first_turn_tokens"] or 0) + sum(
+                        tally["first"].values())
+                row.update(prompt_tokens=tally["prompt_tokens"],
+                           replies_held=tally["replies_held"] if model_key else None,
+                           cached=tally["cached"] if model_key else None)
+            to_generate += row["samples"] - (row["cached"] or 0)
+            plan_cells.append(row)
+        rate = last_run_rate(runs, model)
+        models.append({"model": model["id"], "facts_from_earlier_run": bool(facts),
+                       "note": note, "to_generate": to_generate, "rate": rate,
+                       "estimate_s": rate["seconds_per_sample"] * to_generate if rate else None})
+    return {"config": config.source, "cells": plan_cells, "questions": len(questions),
+            "repeats": len(seeds), "samples": sum(c["samples"] for c in plan_cells),
+            "to_generate": sum(m["to_generate"] for m in models), "models": models}
+
+
+def _num(x: Any) -> str:
+    return "-" if x is None else f"{x:,}"
+
+
+def render_plan(plan: dict[str, Any]) -> str:
+    rep = f" x {plan['repeats']} repeats" if plan["repeats"] > 1 else ""
+    out = [f"plan for {plan['config']}: {len(plan['cells'])} cells x {plan['questions']} "
+           f"questions{rep} = {plan['samples']} samples; no model loaded", ""]
+    header = ["cell", "samples", "cached", "to generate", "first-turn prompt tokens",
+              "per sample", "prompt tokens seen"]
+    rows = []
+    for c in plan["cells"]:
+        first = c["first_turn_tokens"]
+        per = None if first is None else round(first / max(1, c["samples"]))
+        rows.append([c["cell_id"], _num(c["samples"]), _num(c["cached"]),
+                     _num(c["samples"] - (c["cached"] or 0)), _num(first), _num(per),
+                     _num(c["prompt_tokens"])])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        out.append("  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                             for i, (v, w) in enumerate(zip(r, widths))))
+    out.append("")
+    out.append("Prompt tokens are counted with the model's tokenizer on the rendered prompts: "
+               "every first turn, and later turns where the cache holds the replies before "
+               "them (\"prompt tokens seen\").")
+    for m in plan["models"]:
+        if m["note"]:
+            out.append(f"{m['model']}: {m['note']}")
+        if not m["facts_from_earlier_run"]:
+            out.append(f"{m['model']}: cache not consulted: the model has not run here yet "
+                       "(the cache key needs the facts a run records)")
+        if m["to_generate"] == 0:
+            out.append(f"{m['model']}: nothing to generate: every sample is in the cache")
+        elif m["estimate_s"] is not None:
+            r = m["rate"]
+            out.append(f"{m['model']}: estimated wall time {m['estimate_s'] / 60:.1f} min = "
+                       f"{m['to_generate']} samples to generate x "
+                       f"{r['seconds_per_sample']:.2f} s per generated sample, from the last "
+                       f"run of this model on this machine ({r['run']}: {r['generated']} "
+                       f"samples in {r['elapsed_s']:.0f} s)")
+        else:
+            out.append(f"{m['model']}: no wall-time estimate: no finished run of this model "
+                       "alone on this machine yet")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,76 @@
+"""One question of a run, as the model met it: each turn's exact prompt and raw reply.
+
+`evalpipe show RUN_DIR QUESTION_ID [--cell CELL]` prints this; it is where "why
+did the model not call the tool?" starts. Prompts are joined from the blocks the
+run stored (evalpipe.prompts), byte for byte what the backend was sent.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from evalpipe.errors import InputError
+from evalpipe.prompts import block_texts, turn_prompt
+from evalpipe.store import RunStore
+
+
+def find_samples(run_dir: str | Path, question_id: str, cell: str | None = None
+                 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The samples of `question_id` (in one cell, or every cell), and the prompt block
+    texts of their cells."""
+    store = RunStore(run_dir)
+    if not store.samples_path.is_file():
+        raise InputError("no samples.jsonl: not a run directory", file=str(store.path))
+    samples = store.read_samples()
+    cells = sorted({s["cell_id"] for s in samples})
+    if cell is not None and cell not in cells:
+        raise InputError(f"no cell {cell!r} in this run", file=str(store.samples_path),
+                         field="--cell", expected="one of " + ", ".join(cells))
+    mine = [s for s in samples if s.get("question_id") == question_id
+            and (cell is None or s["cell_id"] == cell)]
+    if not mine:
+        raise InputError(f"no sample for question {question_id!r}"
+                         + (f" in cell {cell!r}" if cell else ""),
+                         file=str(store.samples_path), field="question_id",
+                         expected="a question id of the run (questions.jsonl)")
+    wanted = {s["cell_id"] for s in mine}
+    return mine, block_texts(s for s in samples if s["cell_id"] in wanted)
+
+
+def _rule(text: str) -> str:
+    return f"----- {text} " + "-" * max(0, 72 - len(text))
+
+
+def render_sample(sample: dict[str, Any], texts: dict[str, str]) -> str:
+    """Turn by turn: the prompt exactly as sent, the raw reply, the tool calls run."""
+    head = (f"===== cell {sample['cell_id']} · question {sample['question_id']}"
+            + (f" · repeat {sample['repeat']}" if sample.get("repeat") else "")
+            + f" · {sample.get('stop_reason')}")
+    out = [head]
+    for t in sample.get("turns") or []:
+        prompt = turn_prompt(t, texts)
+        tokens = f"{t.get('prompt_tokens')} tokens"
+        if t.get("prefix_tokens"):
+            tokens += f", {t['prefix_tokens']} from the shared prefix"
+        out.append(_rule(f"turn {t['index']} · prompt ({t.get('prompt_chars')} characters, "
+                         f"{tokens})"))
+        out.append(prompt if prompt is not None else
+                   "[prompt not stored: a run from before prompts were kept, or the sample "
+                   f"holding a block was removed; hash {t.get('prompt_hash')}]")
+        out.append(_rule(f"turn {t['index']} · reply ({t.get('finish_reason')}, "
+                         f"{t.get('completion_tokens')} tokens)"))
+        out.append(t.get("raw") or "")
+        for e in t.get("tool_events") or []:
+            result = (f"{e.get('error')}: {e.get('error_message')}" if e.get("error")
+                      else json.dumps(e.get("result"), ensure_ascii=False, default=str))
+            out.append(f"  tool {e.get('name')}({json.dumps(e.get('arguments'), ensure_ascii=False)})"
+                       f" -> {result}")
+        for p in t.get("parse_errors") or []:
+            out.append(f"  parse error {p.get('kind')}: {p.get('message')}")
+    out.append(_rule("final answer"))
+    out.append(sample.get("final_answer") or "")
+    if sample.get("error"):
+        out.append(f"error: {sample['error']}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,108 @@
+"""`evalpipe plan` against a real run on a tiny model; `evalpipe show` on that run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import write_jsonl
+
+from evalpipe.cache import GenerationCache
+from evalpipe.config import load_config
+from evalpipe.dryrun import TemplateBackend, make_plan
+from evalpipe.formats import get_format
+from evalpipe.prompts import block_texts, turn_prompt
+from evalpipe.tools import build_toolset
+
+
+def evalpipe(*args, env):
+    return subprocess.run([sys.executable, "-m", "evalpipe", *args], capture_output=True,
+                          text=True, env=env)
+
+
+@pytest.fixture
+def setup(tmp_path, tiny_model_dir):
+    questions = [{"id": f"q{i}", "suite": "arithmetic", "lang": "en",
+                  "question": f"What is {i} times {i + 7}?", "answer": i * (i + 7)}
+                 for i in range(6)]
+    write_jsonl(tmp_path / "q.jsonl", questions)
+    config = {"name": "tiny", "questions": [str(tmp_path / "q.jsonl")],
+              "models": [{"id": str(tiny_model_dir)}], "formats": ["hermes"],
+              "toolsets": ["none", "calculator"], "retrieval": ["none"], "max_turns": 2,
+              "generation": {"max_new_tokens": 6, "batch_size": 4}}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = dict(os.environ, EVALPIPE_GENERATION_CACHE=str(tmp_path / "gen.sqlite"))
+    return path, env
+
+
+def _samples(run_dir):
+    return [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+
+
+def test_plan_counts_match_the_real_run(tmp_path, setup):
+    path, env = setup
+    out = tmp_path / "o"
+    config = load_config(path)
+    cache = GenerationCache(tmp_path / "gen.sqlite")
+    before = make_plan(config, out_root=out, cache=cache)
+    assert before["samples"] == 12 and before["to_generate"] == 12
+    assert [c["cell_id"] for c in before["cells"]] == [c.id for c in config.cells()]
+    assert all(c["cached"] is None for c in before["cells"])  # the model never ran here
+
+    dry = evalpipe("run", "--config", str(path), "--out", str(out), "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert "12 samples" in dry.stdout and not out.exists()  # a plan writes no run
+
+    ran = evalpipe("run", "--config", str(path), "--out", str(out), env=env)
+    assert ran.returncode == 0, ran.stderr
+    (run_dir,) = [p for p in out.iterdir() if p.name != "latest"]
+    samples = _samples(run_dir)
+    for cell in before["cells"]:
+        mine = [s for s in samples if s["cell_id"] == cell["cell_id"]]
+        assert cell["first_turn_tokens"] == sum(s["turns"][0]["prompt_tokens"] for s in mine)
+
+    after = make_plan(config, out_root=out, cache=GenerationCache(tmp_path / "gen.sqlite"))
+    assert after["to_generate"] == 0
+    for cell in after["cells"]:
+        mine = [s for s in samples if s["cell_id"] == cell["cell_id"]]
+        assert cell["cached"] == len(mine) == 6
+        assert cell["replies_held"] == sum(len(s["turns"]) for s in mine)
+        # Followed through the cache, every turn's prompt is counted, as the run did.
+        assert cell["prompt_tokens"] == sum(t["prompt_tokens"] for s in mine for t in s["turns"])
+    (model,) = after["models"]
+    assert model["rate"]["run"] == run_dir.name and model["rate"]["generated"] == 12
+    text = evalpipe("plan", "--config", str(path), "--out", str(out), env=env).stdout
+    assert "nothing to generate" in text and config.cells()[1].id in text
+
+
+def test_show_prints_the_exact_prompt_of_each_turn(tmp_path, setup, tiny_model_dir):
+    path, env = setup
+    out = tmp_path / "o"
+    assert evalpipe("run", "--config", str(path), "--out", str(out), env=env).returncode == 0
+    (run_dir,) = [p for p in out.iterdir() if p.name != "latest"]
+    samples = _samples(run_dir)
+    cell = "/".join([str(tiny_model_dir), "hermes", "calculator", "no-rag"])
+    (sample,) = [s for s in samples if s["cell_id"] == cell and s["question_id"] == "q3"]
+    texts = block_texts(s for s in samples if s["cell_id"] == cell)
+
+    # The stored first prompt re-renders byte for byte from the transcript.
+    schemas = build_toolset("calculator").schemas()
+    renderer = TemplateBackend(str(tiny_model_dir))
+    wire, tools = get_format("hermes", tools=schemas).prepare(
+        sample["messages"][:2], schemas, renderer.template_supports_tools)
+    first = turn_prompt(sample["turns"][0], texts)
+    assert first == renderer.render(wire, tools)
+    assert len(first) == sample["turns"][0]["prompt_chars"]
+
+    shown = evalpipe("show", str(run_dir), "q3", "--cell", cell, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert first in shown.stdout and sample["turns"][0]["raw"] in shown.stdout
+    both = evalpipe("show", str(run_dir), "q3", env=env).stdout
+    assert both.count("===== cell") == 2
+    missing = evalpipe("show", str(run_dir), "nope", env=env)
+    assert missing.returncode == 2 and "nope" in missing.stderr
