@@ -150,8 +150,16 @@ def parse_question(record: Any, *, file: str, line: int) -> Question:
     )
 
 
+BFCL_SOURCE = "bfcl:"  # "bfcl:simple_python": a BFCL category read from the pinned wheel
+
+
 def _rows(source: str) -> Iterable[tuple[int, Any]]:
-    """Yield (line number, decoded record) from a file or a Hub dataset name."""
+    """Yield (line number, decoded record) from a file, a BFCL category or a Hub dataset name."""
+    if source.startswith(BFCL_SOURCE):
+        from evalpipe.bfcl import category_records
+
+        yield from enumerate(category_records(source[len(BFCL_SOURCE):]), start=1)
+        return
     import datasets
 
     datasets.disable_progress_bars()

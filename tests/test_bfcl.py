@@ -286,3 +286,31 @@ def test_every_remaining_disagreement_is_a_schema_check_bfcl_does_not_make(oracl
             problems = schema_problems(r)
             assert problems and all("is not one of" in p or "is not of type" in p
                                     for p in problems), r
+
+
+def test_a_config_names_bfcl_categories_that_load_from_the_wheel(tmp_path):
+    from evalpipe.questions import load_questions
+
+    config = parse_config({"questions": ["bfcl:parallel"]}, base=tmp_path)
+    assert config.questions == ["bfcl:parallel"]  # not taken for a path next to the config
+    questions = load_questions("bfcl:parallel")
+    assert len(questions) == 200 and questions[0].source == "bfcl:parallel:1"
+    assert all(q.answer_type == "calls" and len(q.gold_calls) >= 2 for q in questions)
+
+
+def test_the_run_table_shows_bfcl_accuracy_per_category():
+    from evalpipe.report.tables import score_table
+
+    def group(cell, suite, exact, valid):
+        return {"cell_id": cell, "suite": suite, "n": 4, "categories": {"correct": exact},
+                "rates": {"exact": {"rate": exact / 4, "n": 4},
+                          "format_valid": {"rate": valid / 2, "n": 2}}}
+
+    scores = {"k": 3, "groups": [group("m/hermes", "all", 1, 2),
+                                 group("m/hermes", "bfcl_parallel", 1, 2),
+                                 group("m/xml", "bfcl_parallel", 3, 1)]}
+    text = score_table(scores)
+    assert "BFCL accuracy per category" in text
+    row = next(line for line in text.splitlines() if line.startswith("| parallel"))
+    assert "25.0% (1/4), valid 100.0% (2/2)" in row and "75.0% (3/4)" in row
+    assert "BFCL" not in score_table({"k": 3, "groups": [group("m", "all", 1, 2)]})

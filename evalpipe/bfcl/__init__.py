@@ -36,6 +36,12 @@ def convert_category(data: BfclData, category: str) -> tuple[list[dict], int]:
     return records, skipped
 
 
+def category_records(category: str, wheel: str | Path | None = None) -> list[dict]:
+    """The question records of one category, straight from the wheel."""
+    with BfclData(wheel) as data:
+        return convert_category(data, category)[0]
+
+
 def import_bfcl(categories: list[str] | tuple[str, ...] = DEFAULT_CATEGORIES,
                 out: str | Path = "datasets/bfcl", wheel: str | Path | None = None
                 ) -> dict[str, dict[str, int]]:
@@ -65,5 +71,5 @@ def import_bfcl(categories: list[str] | tuple[str, ...] = DEFAULT_CATEGORIES,
     return summary
 
 
-__all__ = ["CATEGORIES", "DEFAULT_CATEGORIES", "VERSION", "BfclData", "convert_category",
-           "import_bfcl"]
+__all__ = ["CATEGORIES", "DEFAULT_CATEGORIES", "VERSION", "BfclData", "category_records",
+           "convert_category", "import_bfcl"]

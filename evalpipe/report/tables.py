@@ -40,7 +40,34 @@ def score_table(scores: dict[str, Any]) -> str:
                      fmt_rate(r.get("format_valid")),
                      fmt_mean(r.get("recall@k") or r.get(f"recall@{k}") or r.get("recall")),
                      *[g["categories"].get(c, 0) for c in categories]])
-    return markdown_table(header, rows) + unscored_text(scores.get("unscored") or [])
+    return (markdown_table(header, rows) + bfcl_table(scores)
+            + unscored_text(scores.get("unscored") or []))
+
+
+BFCL_SUITE = "bfcl_"  # the suites evalpipe.bfcl writes: bfcl_simple_python, ...
+
+
+def bfcl_table(scores: dict[str, Any]) -> str:
+    """BFCL-style accuracy per category (rows) and cell (columns), with format validity;
+    empty when the run has no BFCL suite. For answer_type "calls" exact match is BFCL's
+    verdict: every call valid and the plan matched."""
+    groups = [g for g in scores["groups"] if str(g["suite"]).startswith(BFCL_SUITE)]
+    if not groups:
+        return ""
+    cells = list(dict.fromkeys(g["cell_id"] for g in groups))
+    by_key = {(g["cell_id"], g["suite"]): g for g in groups}
+    rows = []
+    for suite in dict.fromkeys(g["suite"] for g in groups):
+        row = [suite[len(BFCL_SUITE):]]
+        for cell in cells:
+            g = by_key.get((cell, suite))
+            r = (g.get("rates") if isinstance(g.get("rates"), dict) else g) if g else {}
+            row.append(f"{fmt_rate(r.get('exact'))}, valid {fmt_rate(r.get('format_valid'))}"
+                       if g else "-")
+        rows.append(row)
+    return ("\nBFCL accuracy per category (every call valid and the plan matched; format "
+            "validity counts samples with a call attempt):\n\n"
+            + markdown_table(["category", *cells], rows))
 
 
 MAX_UNSCORED_LISTED = 50
