@@ -20,6 +20,7 @@ import hashlib
 import itertools
 import json
 import typing
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -371,7 +372,7 @@ def load_config(path: str | Path, sets: list[str] | tuple[str, ...] = (), *,
 
 
 def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Path("."), *,
-                 text: str | None = None, overridden: list[str] = ()) -> RunConfig:
+                 text: str | None = None, overridden: Sequence[str] = ()) -> RunConfig:
     """Check a config mapping against the schema and build the RunConfig.
     `text` (the YAML) lets errors name a line; `overridden` keys came from --set."""
     if not isinstance(raw, dict):
@@ -441,7 +442,7 @@ def _shape(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _input_error(exc: ValidationError, given: dict[str, Any], source: str, text: str | None,
-                 overridden: list[str]) -> InputError:
+                 overridden: Sequence[str]) -> InputError:
     """The first schema error as an InputError: field path, line, expected, and for an
     unknown key the closest valid name."""
     err = exc.errors()[0]

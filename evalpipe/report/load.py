@@ -139,7 +139,7 @@ def is_baseline(facets: dict[str, Any]) -> bool:
 def baseline_cells(run: RunData) -> dict[str, str | None]:
     """cell id -> the cell of the same model without tools and retrieval (or None)."""
     facets = {c: cell_facets(run, c) for c in run.cells()}
-    base_of_model = {}
+    base_of_model: dict[str, str] = {}
     for c, f in facets.items():
         if f["toolset"] == "none" and f["retrieval_mode"] == "none":
             base_of_model.setdefault(f["model"], c)
@@ -155,7 +155,8 @@ def model_parameters(run: RunData, cell_id: str) -> tuple[float | None, str]:
     model id ("...-270m", "...-1.5B"); (None, "unknown") otherwise."""
     info = run.cell_info(cell_id)
     settings = info.get("settings") or {}
-    model = settings.get("model") if isinstance(settings.get("model"), dict) else {}
+    model = settings.get("model")
+    model = model if isinstance(model, dict) else {}
     candidates = [info.get("model"), info.get("backend"), info.get("facts"), settings,
                   model, (run.manifest.get("models") or {}).get(model.get("id", ""))
                   if isinstance(run.manifest.get("models"), dict) else None]

@@ -14,6 +14,7 @@ with the answer follows unless `stop_reason` says the loop ended otherwise.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from evalpipe.questions import Question
@@ -54,8 +55,8 @@ def _turn(index: int, raw: str, **fields: Any) -> dict[str, Any]:
 
 
 def make_sample(question: Question, final_answer: str = "", *,
-                steps: list[list[dict[str, Any]] | dict[str, Any]] = (),
-                retrieved: list[dict[str, Any]] = (), stop_reason: str = "answered",
+                steps: Sequence[list[dict[str, Any]] | dict[str, Any]] = (),
+                retrieved: Sequence[dict[str, Any]] = (), stop_reason: str = "answered",
                 error: str | None = None, toolset: str = "calculator",
                 tools_offered: list[str] | None = None, retrieval_mode: str = "none",
                 final_turn: dict[str, Any] | None = None, cell_id: str = "cell-1",

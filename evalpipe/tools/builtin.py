@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from evalpipe.errors import InputError
@@ -146,7 +146,7 @@ def search_site_tool(search: Callable[[str, int], list[dict[str, Any]]], k: int)
                 params, search_site)
 
 
-def build_toolset(name: str, *, custom: list[str] = (),
+def build_toolset(name: str, *, custom: Sequence[str] = (),
                   limits: ToolLimits | None = None) -> Toolset:
     """The tools of a named toolset, plus the user's own functions (search_site is
     added by the runner when a cell's retrieval mode is 'tool')."""
