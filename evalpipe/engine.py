@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalpipe import answer_line
 from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings
 from evalpipe.formats.base import Format
 from evalpipe.identity import request_hash, request_key
@@ -58,6 +59,7 @@ class CellRuntime:
     generation: GenerationSettings
     max_turns: int = 5
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    final_answer_line: bool = False  # ask for a last line "Answer: ..." in the question's language
     retrieve: Callable[[str, int], list[dict[str, Any]]] | None = None  # prepend mode
     k: int = 3
     repeat: int = 0  # which repeat of the cell this is; `generation` holds its seed
@@ -159,6 +161,8 @@ class Engine:
 
     def _start(self, cell: CellRuntime, q: Question) -> _Conversation:
         system = cell.system_prompt
+        if cell.final_answer_line:
+            system += " " + answer_line.instruction(q.lang)
         retrieved: list[dict[str, Any]] = []
         if cell.retrieve is not None:
             retrieved = [dict(c, source="prepend", query_index=0)

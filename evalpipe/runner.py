@@ -89,6 +89,8 @@ def fingerprint(cell: Cell, backend_facts: dict, toolset_schemas: list, config: 
         "chunking": config.chunking if cell.retrieval["mode"] != "none" else None,
         "generation": config.generation.to_dict(), "max_turns": config.max_turns,
         "system_prompt": config.system_prompt or DEFAULT_SYSTEM_PROMPT,
+        # only when set, so the cells of runs made before the setting keep their fingerprint
+        **({"final_answer_line": True} if config.final_answer_line else {}),
         **({"schema_tools": config.schema_tools} if any(q.tools for q in questions) else {}),
         "questions": stable_hash([q.to_dict() for q in questions]),
     }, n=16)
@@ -304,6 +306,7 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
         settings=settings, backend=backend, fmt=fmt, toolset=toolset,
         generation=config.generation, max_turns=config.max_turns,
         system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
+        final_answer_line=config.final_answer_line,
         retrieve=search if retrieval["mode"] == "prepend" else None, k=k,
         question_tools=cell.toolset != "none",
         call_only=config.schema_tools["mode"] == "call_only")

@@ -189,6 +189,96 @@ def _check_passages(q: Question, file: str, line: int, corpus: _Corpus) -> list[
     return errors
 
 
+# --- gold completeness (warnings) ---------------------------------------------------------
+
+# Question words too common to tie a statement to a question.
+_STOP_WORDS = frozenset({
+    "how", "many", "much", "what", "which", "who", "when", "where", "does", "did", "the", "and",
+    "for", "with", "after", "before", "bao", "nhiêu", "nào", "gì", "ai", "mấy",
+})
+_STATEMENT = re.compile(r"\n|(?<=[.!?])\s")
+_UNIT = re.compile(r"\s*([^\W\d_]+|%)")
+MIN_SHARED_WORDS = 2  # rare question words a statement must share to state the fact
+COMMON_SHARE = 0.1  # a word in more than this share of chunks is not rare
+
+
+def _unit_after_answer(text: str, q: Question) -> str | None:
+    """The word right after a numeric answer in text ("418 cơ sở" -> "cơ"), "" for none."""
+    m = number_pattern(q.answer).search(text)
+    if not m:
+        return None
+    w = _UNIT.match(text, m.end())
+    if not w:
+        return ""
+    from evalpipe.scoring.normalize import text_key
+    return w.group(1) if w.group(1) == "%" else text_key(w.group(1))
+
+
+def gold_warnings(path: str | Path, corpus_root: str = "datasets/site",
+                  chunk_size: int = 800) -> list[str]:
+    """Chunks that state a question's answer but that no gold passage covers.
+
+    A chunk states the answer when one of its statements (a line or a sentence)
+    holds the answer or an alias (a number followed by the same word as in a gold
+    passage: "418 cơ sở") and at least MIN_SHARED_WORDS of the question's rare
+    words. Retrieving such a chunk would be scored a miss, so the gold is likely
+    incomplete. One warning per chunk: "file:line: gold_passages: ... doc:start-end"."""
+    from evalpipe.corpus import chunk_corpus, load_corpus
+    from evalpipe.scoring.normalize import text_key
+    from evalpipe.scoring.retrieval_metrics import covers
+
+    try:
+        questions = load_questions(str(path))
+        docs = load_corpus(corpus_root)
+    except InputError:
+        return []  # validate() reports these as errors
+    chunks = chunk_corpus(docs, chunk_size)
+    texts = {d.id: d.text for d in docs}
+    frequency: dict[str, int] = {}
+    for c in chunks:
+        for w in set(text_key(c.text).split()):
+            frequency[w] = frequency.get(w, 0) + 1
+    limit = COMMON_SHARE * len(chunks)
+    out = []
+    for q in questions:
+        if not q.gold_passages or q.answer_type == "abstain":
+            continue
+        rare = {w for w in text_key(q.question).split()
+                if frequency.get(w, 0) <= limit and w not in _STOP_WORDS}
+        numeric = isinstance(q.answer, (int, float)) and not isinstance(q.answer, bool)
+        units = ({_unit_after_answer(texts.get(g["doc"], "")[g["start"]:g["end"]], q)
+                  for g in q.gold_passages} if numeric else set())
+        spans = [(g["doc"], g["start"], g["end"]) for g in q.gold_passages]
+        for c in chunks:
+            if any(covers((c.doc, c.start, c.end), g) for g in spans):
+                continue
+            for statement in _STATEMENT.split(c.text):
+                if not statement.strip() or not span_contains_answer(statement, q):
+                    continue
+                if numeric and _unit_after_answer(statement, q) not in units:
+                    continue
+                if len(rare & set(text_key(statement).split())) >= MIN_SHARED_WORDS:
+                    shown = statement.strip()
+                    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+                    line = q.source.rsplit(":", 1)[1] if q.source else "?"
+                    out.append(f"{path}:{line}: gold_passages: {q.id}: the answer "
+                               f"{q.answer!r} also occurs in {c.doc}:{c.start}-{c.end} "
+                               f"({shown!r}), which no gold passage covers")
+                    break
+    return out
+
+
+def gold_warnings_paths(paths: list[str], corpus_root: str = "datasets/site") -> list[str]:
+    """gold_warnings for files and folders (their *.jsonl files)."""
+    out = []
+    for p in paths:
+        path = Path(p)
+        files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
+        for f in files:
+            out.extend(gold_warnings(f, corpus_root))
+    return out
+
+
 def _records(path: Path, file: str) -> tuple[list[tuple[int, Any]], list[str]]:
     """(line, decoded record) for each non-blank line, and the errors of the others."""
     try:

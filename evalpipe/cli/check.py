@@ -18,13 +18,20 @@ def validate(paths, corpus):
     """Check question files or folders: schema, ids, tools, plans, gold spans."""
     from evalpipe import api
 
+    from evalpipe.validate import gold_warnings_paths
+
     errors = api.validate(paths, corpus=corpus)
     for line in errors:
         click.echo(line, err=True)
     if errors:
         click.echo(f"{len(errors)} problem(s) found", err=True)
         sys.exit(2)
-    click.echo("ok: no problems found")
+    # warnings do not fail: a chunk may state the answer of another question's fact
+    warnings = gold_warnings_paths(list(paths), corpus_root=corpus)
+    for line in warnings:
+        click.echo(f"warning: {line}", err=True)
+    click.echo("ok: no problems found" + (f"; {len(warnings)} gold-completeness warning(s)"
+                                           if warnings else ""))
 
 
 @click.command()

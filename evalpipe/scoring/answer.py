@@ -1,7 +1,11 @@
 """Exact match of a final reply against a question's gold answer.
 
 Three variants are reported side by side; by construction
-strict => exact => lenient.
+strict => exact => lenient. Which part of the reply is its answer is decided
+by an extraction variant (VARIANTS; the default was picked by agreement with
+a labelled set of replies, docs/scoring.md): a final-answer line first, then
+the rules of candidates.py (answer-first numbers, restatements, conflicting
+candidates, negation, hedged guesses).
 
 number
   exact    the last number of the reply (read with the question's language, see
@@ -33,6 +37,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from evalpipe.answer_line import final_answer_line
+from evalpipe.scoring import candidates
 from evalpipe.scoring.extract import (
     Number,
     abstain_phrase,
@@ -48,6 +54,23 @@ MIN_ROUNDED_DECIMALS = 2
 
 
 @dataclass(frozen=True, slots=True)
+class Variant:
+    """How the answer is found in a reply."""
+
+    final_line: bool  # a final-answer line ("Answer: ...") is the answer when present
+    rules: bool  # the rules of candidates.py; without them: the last number, any phrase
+
+
+VARIANTS = {
+    "last": Variant(final_line=False, rules=False),  # scorer version 1
+    "line": Variant(final_line=True, rules=False),
+    "rules": Variant(final_line=False, rules=True),
+    "line+rules": Variant(final_line=True, rules=True),
+}
+DEFAULT_VARIANT = "line+rules"  # highest agreement with tests/data/extraction_labels.jsonl
+
+
+@dataclass(frozen=True, slots=True)
 class Gold:
     """The question-side half of a comparison, computed once per question."""
 
@@ -57,6 +80,8 @@ class Gold:
     number_decimals: int
     keys: tuple[str, ...]  # text_key of the answer and aliases
     loose: tuple[str, ...]  # the same without diacritics
+    question_numbers: frozenset = frozenset()  # numbers the question states (echoes)
+    question_words: frozenset = frozenset()  # its words, text_key form ("how many requests")
 
 
 @dataclass(slots=True)
@@ -76,7 +101,8 @@ def _decimals(value: float) -> int:
     return -exponent if isinstance(exponent, int) and exponent < 0 else 0
 
 
-def make_gold(answer: Any, answer_type: str, aliases: list[str], lang: str) -> Gold:
+def make_gold(answer: Any, answer_type: str, aliases: list[str], lang: str,
+              question: str = "") -> Gold:
     number = None
     decimals = 0
     if answer_type == "number":
@@ -87,7 +113,9 @@ def make_gold(answer: Any, answer_type: str, aliases: list[str], lang: str) -> G
     texts = [str(answer), *aliases]
     keys = tuple(k for k in dict.fromkeys(text_key(t) for t in texts) if k)
     loose = tuple(dict.fromkeys(strip_diacritics(k) for k in keys))
-    return Gold(answer_type, lang, number, decimals, keys, loose)
+    numbers = frozenset(n.value for n in extract_numbers(question, lang))
+    return Gold(answer_type, lang, number, decimals, keys, loose, numbers,
+                frozenset(text_key(question).split()))
 
 
 def numbers_match(got: int | float, decimals: int, gold: Gold) -> bool:
@@ -115,55 +143,120 @@ def numbers_match(got: int | float, decimals: int, gold: Gold) -> bool:
     return False
 
 
-def _number_match(reply: str, reply_key: str, gold: Gold) -> AnswerMatch:
+def _answer_text(reply: str, variant: Variant) -> tuple[str, bool]:
+    """The part of the reply that holds its answer, and whether it is a final-answer line."""
+    if variant.final_line:
+        line = final_answer_line(reply)
+        if line is not None:
+            return line, True
+    return reply, False
+
+
+def _abstained(reply_key: str, variant: Variant) -> str | None:
+    """The don't-know phrase of the reply, unless a guess follows it."""
+    phrase = abstain_phrase(reply_key)
+    if phrase is not None and variant.rules and candidates.guesses_after(reply_key,
+                                                                          text_key(phrase)):
+        return None
+    return phrase
+
+
+def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> AnswerMatch:
     numbers = extract_numbers(reply, gold.lang)
+    text, on_line = _answer_text(reply, variant)
+    pool = extract_numbers(text, gold.lang) if on_line else numbers
+    if variant.rules:
+        chosen, rule = candidates.answer_number(text, pool, gold.question_numbers,
+                                                gold.question_words)
+        # two counts of the same thing and nothing marks one as the answer: ambiguous
+        if rule == "last" and candidates.conflicting(text, pool, chosen):
+            rule = "conflict"
+    else:
+        chosen, rule = (pool[-1], "last") if pool else (None, "none")
+    words = has_number_words(text, text_key(text) if on_line else reply_key, chosen)
+    exact = (chosen is not None and rule != "conflict"
+             and numbers_match(chosen.value, chosen.decimals, gold))
+    if on_line:
+        rule = "final_line+" + rule
     last: Number | None = numbers[-1] if numbers else None
-    words = has_number_words(reply, reply_key, last)
-    exact = last is not None and numbers_match(last.value, last.decimals, gold)
-    strict = (exact and len(numbers) == 1
+    strict = (exact and len(numbers) == 1 and last is not None
               and not _LETTER_OR_DIGIT.search(reply, 0, last.start)
               and not _LETTER_OR_DIGIT.search(reply, last.end))
     lenient = exact or any(
         numbers_match(n.value, n.decimals, gold)
         or (n.alt is not None and numbers_match(n.alt, 0 if isinstance(n.alt, int) else 3, gold))
         for n in numbers)
-    abstained = abstain_phrase(reply_key) is not None
-    extracted = None if last is None else last.value
+    abstained = _abstained(reply_key, variant) is not None
+    extracted = None if chosen is None else chosen.value
     if isinstance(extracted, float) and not math.isfinite(extracted):
         # beyond float range: report it as written (clipped), since JSON has no inf
-        written = reply[last.start:last.end]
+        written = text[chosen.start:chosen.end]
         extracted = written if len(written) <= 40 else written[:40] + "..."
-    return AnswerMatch(exact, strict, lenient, extracted, abstained, words, reply_key)
+    return AnswerMatch(exact, strict, lenient, extracted, abstained, words, reply_key, rule)
 
 
-def _text_match(reply_key: str, gold: Gold) -> AnswerMatch:
-    found = next((k for k in gold.keys if contains_phrase(reply_key, k)), None)
-    strict = reply_key in gold.keys
+def _text_stated(text: str, key: str, phrase: str, gold: Gold) -> bool:
+    """The phrase is stated: not negated, and a number not contradicted by another."""
+    if not candidates.stated(text, key, phrase):
+        return False
+    if phrase.isdigit():
+        numbers = extract_numbers(text, gold.lang)
+        mine = [n for n in numbers if n.value == int(phrase)]
+        return not (mine and candidates.conflicting(text, numbers, mine[0]))
+    return True
+
+
+def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> AnswerMatch:
+    text, on_line = _answer_text(reply, variant)
+    key = text_key(text) if on_line else reply_key
+    if variant.rules:
+        found = next((k for k in gold.keys if _text_stated(text, key, k, gold)), None)
+        rule = "phrase" if found is not None else (
+            "negated_or_conflict" if any(contains_phrase(key, k) for k in gold.keys) else "none")
+    else:
+        found = next((k for k in gold.keys if contains_phrase(key, k)), None)
+        rule = "phrase" if found is not None else "none"
+    if on_line:
+        rule = "final_line+" + rule
     exact = found is not None
+    strict = exact and reply_key in gold.keys
     lenient = exact
     if not lenient:
         loose = strip_diacritics(reply_key)
         lenient = any(contains_phrase(loose, k) for k in gold.loose)
-    abstained = abstain_phrase(reply_key) is not None
-    return AnswerMatch(exact, strict, lenient, found, abstained, False, reply_key)
+    abstained = _abstained(reply_key, variant) is not None
+    return AnswerMatch(exact, strict, lenient, found, abstained, False, reply_key, rule)
 
 
-def _abstain_match(reply_key: str, gold: Gold) -> AnswerMatch:
-    phrase = abstain_phrase(reply_key)
+def _abstain_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> AnswerMatch:
+    text, on_line = _answer_text(reply, variant)
+    key = text_key(text) if on_line else reply_key
     strict = reply_key in gold.keys
-    if phrase is None:
-        phrase = next((k for k in gold.keys if contains_phrase(reply_key, k)), None)
+    phrase = _abstained(key, variant)
+    rule = "abstain_phrase"
+    if phrase is None and abstain_phrase(key) is not None:
+        rule = "guess"  # a don't-know phrase, then a guess: an answer after all
+    elif phrase is None:
+        phrase = next((k for k in gold.keys if contains_phrase(key, k)), None)
+        rule = "gold_phrase" if phrase is not None else "none"
+    if strict and phrase is None:
+        phrase = reply_key
     exact = phrase is not None
-    lenient = exact or abstain_phrase_loose(strip_diacritics(reply_key)) is not None
-    return AnswerMatch(exact, strict, lenient, phrase, exact, False, reply_key)
+    lenient = exact or (rule != "guess"
+                        and abstain_phrase_loose(strip_diacritics(key)) is not None)
+    if on_line:
+        rule = "final_line+" + rule
+    return AnswerMatch(exact, strict, lenient, phrase, exact, False, reply_key, rule)
 
 
-def match_answer(reply: str, gold: Gold) -> AnswerMatch:
-    """Compare a final reply (reasoning already stripped) with the gold answer."""
+def match_answer(reply: str, gold: Gold, variant: str = DEFAULT_VARIANT) -> AnswerMatch:
+    """Compare a final reply (reasoning already stripped) with the gold answer, finding
+    the answer in it as the named extraction variant says (VARIANTS)."""
     reply = reply or ""
     reply_key = text_key(reply)
+    v = VARIANTS[variant]
     if gold.answer_type == "number":
-        return _number_match(reply, reply_key, gold)
+        return _number_match(reply, reply_key, gold, v)
     if gold.answer_type == "abstain":
-        return _abstain_match(reply_key, gold)
-    return _text_match(reply_key, gold)
+        return _abstain_match(reply, reply_key, gold, v)
+    return _text_match(reply, reply_key, gold, v)

@@ -206,6 +206,10 @@ ABSTAIN_PHRASES_EN = (
     "insufficient information", "does not contain", "doesn't contain", "do not contain",
     "don't contain", "does not mention", "doesn't mention", "no mention", "not available",
     "unknown", "cannot be determined", "can't be determined", "i cannot say", "i can't say",
+    # how "the passages do not say" is worded in real replies
+    "say nothing", "says nothing", "said nothing", "don't say", "do not say", "doesn't say",
+    "does not say", "did not say", "don't mention", "do not mention", "not given",
+    "not included", "not covered", "no record", "no details", "no data",
 )
 ABSTAIN_PHRASES_VI = (
     "không biết", "không rõ", "chưa rõ", "không chắc", "không có thông tin", "chưa có thông tin",
@@ -213,6 +217,7 @@ ABSTAIN_PHRASES_VI = (
     "không có dữ liệu", "không thể trả lời", "không trả lời được", "không thể xác định",
     "không xác định được", "không được đề cập", "không đề cập", "chưa được đề cập",
     "không nêu", "không được nêu", "không có trong", "xin lỗi tôi không",
+    "không nói", "không nhắc", "không được nhắc", "chưa nhắc", "không ghi", "không có số liệu",
 )
 
 

@@ -32,7 +32,7 @@ def gold_for(question: Question) -> Gold:
     if entry is not None and entry[0] is question:
         return entry[1]
     gold = make_gold(question.answer, question.answer_type, list(question.aliases or ()),
-                     question.lang or "en")
+                     question.lang or "en", question.question or "")
     if len(_GOLD_CACHE) > 200_000:
         _GOLD_CACHE.clear()
     _GOLD_CACHE[id(question)] = (question, gold)

@@ -1,0 +1,263 @@
+"""Three hand-built samples (shaped as the engine writes them) for every category of the
+ladder and every wrong_plan subtype, and the reason each scored sample records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evalpipe.questions import Question
+from evalpipe.scoring import CATEGORIES, score_sample
+from evalpipe.scoring.synth import call, chunk, make_sample
+
+SEQ = [{"id": "s1", "name": "add", "arguments": {"a": 12, "b": 30}},
+       {"id": "s2", "name": "multiply", "arguments": {"a": "$s1", "b": 7}}]
+CALC = Question(id="calc", suite="plan", question="Tính (12 + 30) nhân 7.", answer=294,
+                answer_type="number", lang="vi", gold_calls=SEQ)
+ONE = Question(id="one", suite="arithmetic", question="What is 868 times 60?", answer=52080,
+               answer_type="number", lang="en",
+               gold_calls=[{"id": "s1", "name": "multiply", "arguments": {"a": 868, "b": 60}}])
+DIV = Question(id="div", suite="arithmetic", question="144 chia 12 bằng mấy?", answer=12,
+               answer_type="number", lang="vi",
+               gold_calls=[{"id": "s1", "name": "divide", "arguments": {"a": 144, "b": 12}}])
+CTRL = Question(id="ctrl", suite="control", question="What is the capital of France?",
+                answer="Paris", answer_type="text", lang="en", gold_calls=[])
+CTRL_VI = Question(id="ctrl-vi", suite="control", question="Thủ đô của Việt Nam là gì?",
+                   answer="Hà Nội", answer_type="text", aliases=["Hanoi"], lang="vi",
+                   gold_calls=[])
+GOLD = {"doc": "host.md", "start": 100, "end": 180}
+RAG = Question(id="rag", suite="site_rag", question="Which web server runs on ong-tho?",
+               answer="Caddy", answer_type="text", lang="en", gold_calls=[],
+               gold_passages=[GOLD])
+RAG_NUM = Question(id="rag-n", suite="site_rag", question="Có bao nhiêu request bị lỗi 502?",
+                   answer=27, answer_type="number", lang="vi", gold_calls=[],
+                   gold_passages=[GOLD])
+ABSTAIN = Question(id="abs", suite="site_rag", question="How much RAM does ong-tho-3 have?",
+                   answer="I don't know", answer_type="abstain", lang="en", gold_calls=[])
+ABSTAIN_VI = Question(id="abs-vi", suite="site_rag", question="Mật khẩu Wi-Fi là gì?",
+                      answer="Tôi không biết", answer_type="abstain", lang="vi", gold_calls=[])
+OPEN = Question(id="open", suite="arithmetic", question="What is 6 times 7?", answer=42,
+                answer_type="number", lang="en", gold_calls=None)
+
+RIGHT = [[call("add", {"a": 12, "b": 30}, 42)], [call("multiply", {"a": 42, "b": 7}, 294)]]
+SHOWN = [chunk("host.md", 90, 200, 1), chunk("other.md", 0, 120, 2)]
+MISSED = [chunk("other.md", 0, 120, 1), chunk("host.md", 400, 520, 2)]
+
+
+def searched(chunks, query="web server ong-tho", turn=0):
+    """A search_site turn and the chunks the engine records for it."""
+    hits = [dict(c, source="tool", query_index=turn) for c in chunks]
+    return [call("search_site", {"query": query}, hits)], hits
+
+
+def tool_rag(question, answer, chunks=None, **kw):
+    """A sample from a cell where search_site is a tool (retrieval mode "tool")."""
+    steps, retrieved = [], []
+    if chunks is not None:
+        step, retrieved = searched(chunks)
+        steps = [step]
+    kw.setdefault("toolset", "search")
+    return make_sample(question, answer, steps=steps + kw.pop("steps", []),
+                       retrieved=retrieved, retrieval_mode="tool", **kw)
+
+
+def bad_parse():
+    error = {"kind": "not_json", "message": "Expecting value", "snippet": "<tool_call>{add"}
+    return {"raw": "<tool_call>{add 12 30</tool_call>", "parse_errors": [error],
+            "strict_errors": [error]}
+
+
+CASES = {
+    "infra_error": [
+        (CALC, make_sample(CALC, stop_reason="infra_error")),
+        (CTRL, make_sample(CTRL, "Paris", error="CUDA out of memory")),
+        (RAG, make_sample(RAG, "Caddy", final_turn={"finish_reason": "error"})),
+    ],
+    "tool_failure": [  # the right call, and the tool failed it
+        (ONE, make_sample(ONE, "I could not compute it.",
+                          steps=[[call("multiply", {"a": 868, "b": 60}, error="timeout")]])),
+        (DIV, make_sample(DIV, "12", steps=[[call("divide", {"a": 144, "b": 12},
+                                                  error="tool_exception")]])),
+        (CALC, make_sample(CALC, "42", steps=[[call("add", {"a": 30, "b": 12}, 42)],
+                                              [call("multiply", {"a": 42, "b": 7},
+                                                    error="tool_exception")]])),
+    ],
+    "correct": [
+        (CALC, make_sample(CALC, "Kết quả là 294.", steps=RIGHT)),
+        (RAG, tool_rag(RAG, "It runs Caddy.", SHOWN)),
+        (ABSTAIN, tool_rag(ABSTAIN, "The passages say nothing about its RAM.", MISSED)),
+    ],
+    "malformed_call": [
+        (CALC, make_sample(CALC, "300", steps=[bad_parse()])),
+        (ONE, make_sample(ONE, "52080", steps=[bad_parse()])
+         | {"final_answer": "52000"}),
+        (RAG, tool_rag(RAG, "nginx", steps=[bad_parse()])),
+    ],
+    "unknown_tool": [
+        (CALC, make_sample(CALC, "300", steps=[[call("plus", {"a": 12, "b": 30},
+                                                     error="unknown_tool")]])),
+        (ONE, make_sample(ONE, "5", steps=[[call("times", {"a": 868, "b": 60},
+                                                  error="unknown_tool")]])),
+        (RAG, tool_rag(RAG, "nginx", steps=[[call("web_search", {"q": "ong-tho"},
+                                                   error="unknown_tool")]])),
+    ],
+    "invalid_arguments": [
+        (CALC, make_sample(CALC, "300", steps=[[call("add", {"x": 12},
+                                                     error="invalid_arguments")]])),
+        (DIV, make_sample(DIV, "10", steps=[[call("divide", {"a": "một trăm", "b": 12},
+                                                   error="invalid_arguments")]])),
+        (RAG, tool_rag(RAG, "nginx", steps=[[call("search_site", {"query": 3},
+                                                   error="invalid_arguments")]])),
+    ],
+    "turn_limit": [
+        (CALC, make_sample(CALC, stop_reason="turn_limit",
+                           steps=[[call("add", {"a": 12, "b": 30}, 42)]] * 5)),
+        (ONE, make_sample(ONE, stop_reason="turn_limit",
+                          steps=[[call("multiply", {"a": 868, "b": 60}, 52080)]] * 5)),
+        (RAG, tool_rag(RAG, "", SHOWN, stop_reason="turn_limit")),
+    ],
+    "no_tool_call": [
+        (CALC, make_sample(CALC, "Kết quả là 300.")),
+        (ONE, make_sample(ONE, "52000")),
+        (RAG, tool_rag(RAG, "nginx")),  # a RAG question that never searched
+    ],
+    "unneeded_tool_call": [
+        (CTRL, make_sample(CTRL, "Lyon", steps=[[call("add", {"a": 1, "b": 2}, 3)]])),
+        (CTRL_VI, make_sample(CTRL_VI, "Huế", steps=[[call("multiply", {"a": 2, "b": 3}, 6)]])),
+        (CTRL, make_sample(CTRL, "Marseille", toolset="search", retrieval_mode="tool",
+                           steps=[searched(MISSED, "capital of France")[0]])),
+    ],
+    "wrong_plan": [
+        (CALC, make_sample(CALC, "Kết quả là 300.",
+                           steps=[[call("add", {"a": 12, "b": 30}, 42)],
+                                  [call("add", {"a": 42, "b": 7}, 49)]])),
+        (ONE, make_sample(ONE, "1", steps=[[call("divide", {"a": 868, "b": 60}, 14.47)]])),
+        (RAG, tool_rag(RAG, "nginx", SHOWN, toolset="full",
+                       steps=[[call("add", {"a": 1, "b": 2}, 3)]])),
+    ],
+    "misreported_result": [
+        (CALC, make_sample(CALC, "Kết quả là 295.", steps=RIGHT)),
+        (ONE, make_sample(ONE, "The answer is 5208.",
+                          steps=[[call("multiply", {"a": 868, "b": 60}, 52080)]])),
+        (DIV, make_sample(DIV, "144 / 12 = 14",
+                          steps=[[call("divide", {"a": 144, "b": 12}, 12)]])),
+    ],
+    "retrieval_miss": [
+        (RAG, make_sample(RAG, "nginx", retrieved=MISSED, retrieval_mode="prepend",
+                          toolset="none")),
+        (RAG, tool_rag(RAG, "It runs nginx.", MISSED)),
+        (RAG_NUM, tool_rag(RAG_NUM, "Có 12 request.", MISSED)),
+    ],
+    "misread_context": [
+        (RAG, make_sample(RAG, "Apache", retrieved=SHOWN, retrieval_mode="prepend",
+                          toolset="none")),
+        (RAG, tool_rag(RAG, "It is not Caddy: it still runs nginx.", SHOWN)),
+        (RAG_NUM, tool_rag(RAG_NUM, "Có 30 request bị lỗi.", SHOWN)),
+    ],
+    "hallucinated_answer": [
+        (ABSTAIN, make_sample(ABSTAIN, "It has 64 GB of RAM.", toolset="none")),
+        (ABSTAIN, tool_rag(ABSTAIN, "ong-tho-3 has 32 GB.", MISSED)),
+        (ABSTAIN_VI, tool_rag(ABSTAIN_VI, "Không chắc, nhưng có lẽ là tolab2024.", MISSED)),
+    ],
+    "wrong_answer": [
+        (CTRL, make_sample(CTRL, "Lyon", toolset="none")),
+        (OPEN, make_sample(OPEN, "41", toolset="calculator")),
+        (RAG, make_sample(RAG, "nginx", toolset="none")),  # closed book: nothing was missed
+    ],
+}
+
+SUBTYPES = {
+    "wrong_tool": [
+        (ONE, make_sample(ONE, "1", steps=[[call("divide", {"a": 868, "b": 60}, 14.47)]])),
+        (DIV, make_sample(DIV, "1728", steps=[[call("multiply", {"a": 144, "b": 12}, 1728)]])),
+        (CALC, make_sample(CALC, "35", steps=[[call("add", {"a": 12, "b": 30}, 42)],
+                                              [call("subtract", {"a": 42, "b": 7}, 35)]])),
+    ],
+    "wrong_arguments": [
+        (ONE, make_sample(ONE, "51480", steps=[[call("multiply", {"a": 858, "b": 60}, 51480)]])),
+        (DIV, make_sample(DIV, "14.4", steps=[[call("divide", {"a": 144, "b": 10}, 14.4)]])),
+        (CALC, make_sample(CALC, "Kết quả là 300.",
+                           steps=[[call("add", {"a": 12, "b": 30}, 42)],
+                                  [call("multiply", {"a": 42, "b": 8}, 336)]])),
+    ],
+    "missing_step": [
+        (CALC, make_sample(CALC, "42", steps=[[call("add", {"a": 12, "b": 30}, 42)]])),
+        (CALC, make_sample(CALC, "Kết quả là 290.",
+                           steps=[[call("multiply", {"a": 42, "b": 7}, 294)]])),
+        (RAG, tool_rag(RAG, "nginx", toolset="full",
+                       steps=[[call("add", {"a": 1, "b": 2}, 3)]])),  # never searched
+    ],
+    "extra_step": [
+        (ONE, make_sample(ONE, "52081", steps=[[call("multiply", {"a": 868, "b": 60}, 52080)],
+                                               [call("add", {"a": 52080, "b": 1}, 52081)]])),
+        (DIV, make_sample(DIV, "13", steps=[[call("divide", {"a": 144, "b": 12}, 12)],
+                                            [call("add", {"a": 12, "b": 1}, 13)]])),
+        (RAG, tool_rag(RAG, "nginx", SHOWN, toolset="full",
+                       steps=[[call("add", {"a": 1, "b": 2}, 3)]])),
+    ],
+    "order_violation": [
+        (CALC, make_sample(CALC, "300", steps=[[call("add", {"a": 12, "b": 30}, 42),
+                                                call("multiply", {"a": 42, "b": 7}, 294)]])),
+        (CALC, make_sample(CALC, "Kết quả là 295.",
+                           steps=[[call("add", {"a": 12, "b": 30}, 42),
+                                   call("multiply", {"a": "42", "b": 7}, 294)]])),
+        (CALC, make_sample(CALC, "290", steps=[[call("multiply", {"a": 42, "b": 7}, 294),
+                                                call("add", {"a": 12, "b": 30}, 42)]])),
+    ],
+}
+
+
+def score(sample, question):
+    out = score_sample(sample, question)
+    json.dumps(out)  # a scored sample is plain JSON
+    return out
+
+
+def test_every_category_and_subtype_has_three_samples():
+    assert set(CASES) == set(CATEGORIES)
+    assert all(len(v) >= 3 for v in CASES.values())
+    assert all(len(v) >= 3 for v in SUBTYPES.values())
+
+
+@pytest.mark.parametrize(("category", "i"),
+                         [(c, i) for c, v in CASES.items() for i in range(len(v))])
+def test_hand_built_sample_lands_in_its_category(category, i):
+    question, sample = CASES[category][i]
+    out = score(sample, question)
+    assert out["category"] == category, out["why"]
+    assert out["why"]["rung"] == CATEGORIES.index(category) + 1
+    assert out["why"]["reason"]
+
+
+@pytest.mark.parametrize(("subtype", "i"),
+                         [(s, i) for s, v in SUBTYPES.items() for i in range(len(v))])
+def test_hand_built_wrong_plan_has_its_subtype(subtype, i):
+    question, sample = SUBTYPES[subtype][i]
+    out = score(sample, question)
+    assert (out["category"], out["subtype"]) == ("wrong_plan", subtype), out["why"]
+    assert subtype in out["why"]["reason"] and subtype in out["why"]["plan"]["failures"]
+
+
+def test_a_search_before_the_answer_is_the_plan_of_a_tool_retrieval_rag_question():
+    good = score(tool_rag(RAG, "Caddy", SHOWN), RAG)
+    assert (good["plan_exact"], good["step_recall"], good["no_unneeded_call"]) == (True, 1.0, None)
+    twice = tool_rag(RAG, "Caddy", SHOWN, steps=[searched(SHOWN, "caddy ong-tho", 1)[0]])
+    assert score(twice, RAG)["plan_exact"] is True  # refining the query is fine
+    never = score(tool_rag(RAG, "Caddy"), RAG)
+    assert (never["category"], never["plan_exact"]) == ("correct", False)
+    assert never["why"]["plan"]["unmatched"] == ["s1"]
+
+
+def test_the_same_rag_question_with_prepended_chunks_has_no_plan():
+    out = score(make_sample(RAG, "Caddy", retrieved=SHOWN, retrieval_mode="prepend",
+                            toolset="none"), RAG)
+    assert (out["plan_exact"], out["no_unneeded_call"], out["why"]["plan"]) == (None, None, None)
+
+
+def test_why_records_the_facts_the_ladder_used():
+    out = score(tool_rag(RAG, "It runs nginx.", MISSED), RAG)
+    facts = out["why"]["facts"]
+    assert (facts["rag"], facts["gold_shown"], facts["searched"], facts["correct"]) == (
+        True, False, True, False)
+    assert out["why"]["reason"].startswith("no chunk shown covers a gold passage")
