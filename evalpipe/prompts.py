@@ -32,7 +32,7 @@ class BlockWriter:
     """Block ids for the prompts of one cell, and each block's text handed to the
     first sample (in file order) that uses it."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._pending: dict[str, str] = {}  # seen, text not written yet
         self._written: set[str] = set()
 
