@@ -12,7 +12,11 @@ prompts to one and runs it dry. Instead of `model.generate`:
 - the longest common token prefix of the first prompts (system prompt + tool
   definitions in an eval cell) is prefilled once and kept in a small LRU
   store; rows attend to it in place (`prefix_attention`), so only each row's
-  own tokens are prefilled and cached per row.
+  own tokens are prefilled and cached per row;
+- a conversation's cache outlives its turn (`TurnStore`, keyed by the caller's
+  key): its next turn, submitted under the same key, prefills only the tokens
+  past what the last turn already holds (the tool results and the new turn
+  header), not its earlier turns again.
 
 Layout of the key/value cache: one buffer per layer, [rows, kv_heads,
 capacity, head_dim], with spare columns so that a decode step writes in place
@@ -74,6 +78,12 @@ class _Row:
     rng: torch.Generator | None = None
     prefix_tokens: int = 0
     compute_ms: float = 0.0
+    # Cross-turn reuse: `head` leading own tokens come from the conversation's last turn
+    # (`head_kv`, per layer); `skip` is how many prompt tokens the row's cache does not
+    # hold (the shared prefix attended in place), None where its cache cannot be kept.
+    head: int = 0
+    head_kv: list | None = None
+    skip: int | None = None
 
 
 def _cache_classes():
@@ -183,6 +193,52 @@ class PrefixStore:
         self.entries.clear()
 
 
+@dataclass
+class _Turn:
+    tokens: list[int]  # the tokens the cache holds, from the prompt's start
+    skip: int  # leading tokens not held (the shared prefix attended in place)
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [kv_heads, len - skip, head_dim]
+    nbytes: int
+
+
+class TurnStore:
+    """Each conversation's key/value cache as its last turn ended, keyed by the
+    caller's key, so that its next turn prefills only what is new. Bounded in bytes;
+    the oldest entry is evicted first (a conversation that has ended is never asked
+    for again, so it ages out)."""
+
+    def __init__(self, budget_bytes: int):
+        self.budget = budget_bytes
+        self.entries: OrderedDict[Hashable, _Turn] = OrderedDict()
+        self.bytes = 0
+        self.hits = self.evicted = 0
+
+    def put(self, key: Hashable, turn: _Turn) -> None:
+        self.take(key)
+        if turn.nbytes > self.budget:
+            return
+        self.entries[key] = turn
+        self.bytes += turn.nbytes
+        while self.bytes > self.budget:
+            _, old = self.entries.popitem(last=False)
+            self.bytes -= old.nbytes
+            self.evicted += 1
+
+    def take(self, key: Hashable) -> _Turn | None:
+        turn = self.entries.pop(key, None)
+        if turn is not None:
+            self.bytes -= turn.nbytes
+        return turn
+
+
+def common_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 def common_prefix(prompts: list[list[int]]) -> list[int]:
     first = prompts[0]
     n = min(len(p) for p in prompts)
@@ -227,7 +283,11 @@ class BatchGenerator:
         self.vocab = cfg.vocab_size
         # Rows attend to the shared prefix without a copy of it where the model allows.
         self.shared_attention = supported(model) and prefix_attention.install(model)
-        self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_steps": 0}
+        self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_steps": 0,
+                      "turn_reused_tokens": 0}
+        # Keep each conversation's cache between its turns, in at most this share of
+        # the free memory (0 turns it off).
+        self.turn_memory_fraction = 0.25
         self.last_prefix_ms = 0.0  # compute time of the last prefix prefilled (0 if stored)
 
     # -- sizes -------------------------------------------------------------------------------
@@ -308,17 +368,20 @@ class BatchGenerator:
                  ) -> tuple[_State, torch.Tensor]:
         """Prefill the suffixes of `rows` on top of the shared prefix: a new batch state
         (its next tokens not chosen yet) and the logits to choose them from."""
-        suffixes = [r.prompt[prefix_len:] for r in rows]
+        suffixes = [r.prompt[prefix_len + r.head:] for r in rows]
         width = max(len(s) for s in suffixes)
+        head = max(r.head for r in rows)  # columns of caches kept from the rows' last turns
         n = len(rows)
         ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        smask = torch.zeros((n, width), dtype=torch.long)
-        for i, s in enumerate(suffixes):
+        smask = torch.zeros((n, head + width), dtype=torch.long)
+        for i, (r, s) in enumerate(zip(rows, suffixes)):
             ids[i, width - len(s):] = torch.tensor(s)
-            smask[i, width - len(s):] = 1
+            smask[i, head + width - len(s):] = 1
+            smask[i, head - r.head: head] = 1
         ids, smask = ids.to(self.device), smask.to(self.device)
-        pos = prefix_len + smask.cumsum(-1) - 1
-        pos.masked_fill_(smask == 0, 1)
+        start = torch.tensor([prefix_len + r.head for r in rows], device=self.device)
+        pos = start[:, None] + smask[:, head:].cumsum(-1) - 1
+        pos.masked_fill_(smask[:, head:] == 0, 1)
         shared = torch.full((n,), bool(prefix_len), dtype=torch.bool, device=self.device)
         if prefix_len and self.shared_attention:  # attended in place, never copied
             state = _State(None, smask, None, None, rows, shared, prefix_kv)
@@ -328,20 +391,28 @@ class BatchGenerator:
             pmask = torch.ones((n, prefix_len), dtype=torch.long, device=self.device)
             mask, copied = torch.cat([pmask, smask], dim=1), prefix_len
             shared = torch.zeros_like(shared)
-        layers = self._empty_layers(n, copied + width + min(max_new, GROW))
+        layers = self._empty_layers(n, copied + head + width + min(max_new, GROW))
         if copied:
             for layer, (k, v) in zip(layers, prefix_kv):
                 layer.buf_k[:, :, :copied] = k
                 layer.buf_v[:, :, :copied] = v
-                layer.length = copied
-                layer._view()
+        for i, r in enumerate(rows):  # kept caches, right-aligned before the new tokens
+            for layer, (k, v) in zip(layers, r.head_kv or ()):
+                layer.buf_k[i, :, copied + head - r.head: copied + head] = k[:, : r.head]
+                layer.buf_v[i, :, copied + head - r.head: copied + head] = v[:, : r.head]
+            r.head_kv = None
+            r.skip = prefix_len if prefix_len == 0 or state is not None else None
+        for layer in layers:
+            layer.length = copied + head
+            layer._view()
         t0 = time.perf_counter()
         logits = self._forward(layers, ids, mask, pos, state)
         _share(rows, (time.perf_counter() - t0) * 1000, [len(s) for s in suffixes])
         for r in rows:
             r.prefix_tokens = prefix_len
-        self.stats["prefilled_tokens"] += int(smask.sum())
+        self.stats["prefilled_tokens"] += sum(len(s) for s in suffixes)
         self.stats["reused_tokens"] += prefix_len * n
+        self.stats["turn_reused_tokens"] += sum(r.head for r in rows)
         next_pos = torch.tensor([len(r.prompt) for r in rows], dtype=torch.long,
                                 device=self.device)
         return _State(layers, mask, next_pos, None, rows, shared,
@@ -400,6 +471,7 @@ class BatchGenerator:
         session = self.session(max_new_tokens=max_new_tokens, batch_size=batch_size,
                                temperature=temperature, top_p=top_p, seed=seed,
                                prefix_reuse=prefix_reuse)
+        session.turns = None  # independent prompts: no conversation has a next turn
         for i, prompt in enumerate(prompts):
             session.submit(i, prompt)
         results: list[RowResult | None] = [None] * len(prompts)
@@ -441,6 +513,8 @@ class DecodeSession:
         self.first_wave = True
         self.prefix_ms = 0.0  # the shared prefix's own prefill, not yet charged to any row
         self.eos = gen.eos.to(gen.device)
+        budget = int(available_memory(gen.device) * gen.turn_memory_fraction)
+        self.turns = TurnStore(budget) if prefix_reuse and budget > 0 else None
 
     @property
     def pending(self) -> int:
@@ -496,21 +570,49 @@ class DecodeSession:
         return torch.cat([torch.multinomial(probs[i], 1, generator=r.rng)
                           for i, r in enumerate(rows)])
 
-    def _take(self, rows: list[_Row], tokens: torch.Tensor) -> list[int]:
-        """Append the chosen tokens to `rows`; the indices of those still running."""
+    def _take(self, state: _State, rows: list[int], tokens: torch.Tensor) -> list[int]:
+        """Append the chosen tokens to the rows at `rows` of `state`; the positions (in
+        `rows`) of those still running."""
         alive = []
-        for i, (r, t, e) in enumerate(zip(rows, tokens.tolist(),
+        for i, (j, t, e) in enumerate(zip(rows, tokens.tolist(),
                                           torch.isin(tokens, self.eos).tolist())):
+            r = state.rows[j]
             if e:
                 r.stopped = True
-                self._finish(r)
-                continue
-            r.out.append(t)
-            if len(r.out) >= self.max_new:
-                self._finish(r)
             else:
-                alive.append(i)
+                r.out.append(t)
+                if len(r.out) < self.max_new:
+                    alive.append(i)
+                    continue
+            self._keep(state, j)
+            self._finish(r)
         return alive
+
+    def _keep(self, state: _State, j: int) -> None:
+        """Store the cache of row `j` (which just ended) for its conversation's next turn:
+        the real columns of its row, i.e. every token fed to the model so far (a token
+        chosen at the length limit was never fed)."""
+        r = state.rows[j]
+        if self.turns is None or r.skip is None:
+            return
+        fed = r.prompt + (r.out if r.stopped else r.out[:-1])
+        cols = state.mask[j].nonzero().flatten()
+        if len(cols) != len(fed) - r.skip:  # not the layout this expects: keep nothing
+            return
+        kv = [(k[j].index_select(1, cols), v[j].index_select(1, cols))
+              for k, v in (state.kv(i) for i in range(self.gen.n_layers))]
+        self.turns.put(r.key, _Turn(fed, r.skip, kv, len(cols) * self.gen.kv_bytes_per_token()))
+
+    def _attach_head(self, r: _Row, skip: int) -> None:
+        """Give `r` the cache its conversation's last turn left, as far as its prompt
+        starts with the same tokens (at least one token is left to prefill)."""
+        turn = self.turns.take(r.key) if self.turns is not None else None
+        if turn is None or turn.skip != skip:
+            return
+        m = min(common_length(turn.tokens, r.prompt), len(r.prompt) - 1) - skip
+        if m > 0:
+            r.head, r.head_kv = m, turn.kv
+            self.turns.hits += 1
 
     def _decide_prefix(self) -> None:
         self.prefix = []
@@ -539,13 +641,17 @@ class DecodeSession:
             if plen and group and self.prefix_ms:  # every row brought the same prefix tokens
                 _share(group, self.prefix_ms, [plen] * len(group))
                 self.prefix_ms = 0.0
+            if not plen or self.gen.shared_attention:  # a copied prefix: caches not kept
+                for r in group:
+                    self._attach_head(r, plen)
+            group.sort(key=lambda r: len(r.prompt) - r.head)
             for chunk in _similar_lengths(group, plen):
                 state, logits = self.gen._prefill(chunk, self.prefix_kv, plen, self.max_new)
                 state.last = self._choose(logits, chunk)
                 now = time.perf_counter()
                 for r in chunk:
                     r.first = now
-                parts.append((state, self._take(state.rows, state.last)))
+                parts.append((state, self._take(state, range(len(chunk)), state.last)))
         if len(parts) == 1 and len(parts[0][1]) == len(parts[0][0].rows):
             return parts[0][0]  # nothing to drop or join: no copy
         return self.gen._merge(parts, GROW)
@@ -586,7 +692,7 @@ class DecodeSession:
         state.mask, state.pos = mask, state.pos + 1
         chosen = self._choose(logits, state.rows)
         state.last = chosen
-        still = self._take([state.rows[i] for i in alive], chosen[alive])
+        still = self._take(state, alive, chosen[alive])
         self.alive = [alive[i] for i in still]
 
 
@@ -598,12 +704,13 @@ def _share(rows: list[_Row], ms: float, tokens: list[int]) -> None:
 
 
 def _similar_lengths(rows: list[_Row], skip: int, slack: float = 1.25) -> list[list[_Row]]:
-    """Rows (sorted by prompt length) cut into runs whose longest part to prefill (the
-    prompt past its first `skip` tokens) is at most `slack` times their shortest, so a
-    prefill pads little."""
+    """Rows (sorted by the length of their part to prefill: the prompt past its first
+    `skip` tokens and its kept head) cut into runs whose longest part to prefill is at
+    most `slack` times their shortest, so a prefill pads little."""
     runs: list[list[_Row]] = []
     for r in rows:
-        if runs and len(r.prompt) - skip <= slack * (len(runs[-1][0].prompt) - skip):
+        if runs and len(r.prompt) - skip - r.head <= slack * (
+                len(runs[-1][0].prompt) - skip - runs[-1][0].head):
             runs[-1].append(r)
         else:
             runs.append([r])

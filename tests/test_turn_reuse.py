@@ -1,0 +1,119 @@
+"""A conversation's cache is kept between its turns: a later turn, submitted under
+the same key, prefills only its new tokens, and its greedy float32 reply is still
+token for token `model.generate`'s on the whole prompt."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from evalpipe.backends.batching import BatchGenerator, PrefixStore, TurnStore, _Turn
+
+EOS = 2
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=1024, bos_token_id=1, eos_token_id=EOS,
+                         pad_token_id=0)
+    return LlamaForCausalLM(config).eval()
+
+
+def reference(model, prompt: list[int], n: int, eos: int) -> list[int]:
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt),
+                             dtype=torch.long), max_new_tokens=n, do_sample=False,
+                             eos_token_id=[eos], pad_token_id=0)
+    tokens = out[0, len(prompt):].tolist()
+    return tokens[: tokens.index(eos)] if eos in tokens else tokens
+
+
+def converse(gen: BatchGenerator, eos: int, batch_size: int, turns: int = 3, n: int = 6,
+             new: int = 12):
+    """n conversations of `turns` turns run through one session, each next turn
+    submitted (under the conversation's key) as soon as its reply is back: the earlier
+    prompt, the reply, an end token and a 'tool result' of its own tokens. One
+    conversation re-tokenises its reply's last token differently, as a BPE merge can."""
+    rng = random.Random(3)
+    shared = [rng.randrange(3, 96) for _ in range(30)]
+    prompts = {k: shared + [rng.randrange(3, 96) for _ in range(rng.randrange(2, 20))]
+               for k in range(n)}
+    session = gen.session(max_new_tokens=new, batch_size=batch_size)
+    for k, p in prompts.items():
+        session.submit(k, p)
+    asked: list[tuple[list[int], list[int]]] = []  # (prompt, reply) of every turn
+    turn = dict.fromkeys(prompts, 0)
+    while session.pending:
+        for k, row in session.step():
+            asked.append((prompts[k], row.tokens))
+            turn[k] += 1
+            if turn[k] < turns:
+                reply = row.tokens if k != 1 else row.tokens[:-1] + [7, 8]
+                own = random.Random(f"{k}/{turn[k]}")  # the same tool result in any order
+                tool = [own.randrange(3, 96) for _ in range(own.randrange(3, 15))]
+                prompts[k] = prompts[k] + reply + [eos] + tool
+                session.submit(k, prompts[k])
+    return asked
+
+
+@pytest.fixture(scope="module")
+def eos(tiny_llama):
+    """An end token the model produces now and then, so replies end at different steps."""
+    from collections import Counter
+
+    rng = random.Random(3)
+    probes = [[rng.randrange(3, 96) for _ in range(30)] for _ in range(6)]
+    counts = Counter(t for p in probes for t in reference(tiny_llama, p, 12, eos=-1))
+    return counts.most_common(4)[3][0]
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 16])
+def test_later_turns_prefill_only_what_is_new_and_equal_generate(tiny_llama, eos, batch_size):
+    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    asked = converse(gen, eos, batch_size)
+    assert len(asked) == 18
+    for prompt, reply in asked:
+        assert reply == reference(tiny_llama, prompt, 12, eos)
+    assert gen.stats["turn_reused_tokens"] > 0
+    # Without the kept caches every later turn prefills its earlier turns again.
+    off = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    off.turn_memory_fraction = 0
+    assert sorted(converse(off, eos, batch_size)) == sorted(asked)
+    assert off.stats["turn_reused_tokens"] == 0
+    saved = off.stats["prefilled_tokens"] - gen.stats["prefilled_tokens"]
+    assert saved == gen.stats["turn_reused_tokens"]
+
+
+def test_kept_caches_with_the_prefix_copied_per_row(tiny_llama, eos):
+    """Where the prefix is copied under every row, caches are not kept, and replies are
+    unchanged."""
+    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    gen.shared_attention = False
+    for prompt, reply in converse(gen, eos, 4, turns=2, n=3):
+        assert reply == reference(tiny_llama, prompt, 12, eos)
+    assert gen.stats["turn_reused_tokens"] == 0
+
+
+def test_turn_store_is_bounded_and_evicts_oldest_first():
+    store = TurnStore(budget_bytes=250)
+    for key in range(4):
+        store.put(key, _Turn([1, 2, 3], 0, [], 100))
+    assert list(store.entries) == [2, 3] and store.bytes == 200 and store.evicted == 2
+    assert store.take(2) is not None and store.take(2) is None and store.bytes == 100
+    store.put("huge", _Turn([1], 0, [], 1000))  # larger than the whole budget: not kept
+    assert "huge" not in store.entries and store.bytes == 100
