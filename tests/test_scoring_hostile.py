@@ -142,3 +142,64 @@ def test_aggregate_keeps_scorer_errors_out_of_rates():
             {"cell_id": "c", "suite": "s", "scorer_error": "X: y", "category": "scorer_error"}]
     (row, _) = aggregate(rows)
     assert (row["n"], row["n_scorer_error"], row["rates"]["exact"]["n"]) == (2, 1, 1)
+
+
+def test_evalpipe_score_on_a_hostile_run_exits_0_and_lists_what_it_could_not_score(tmp_path):
+    from click.testing import CliRunner
+    from conftest import ScriptedBackend
+
+    from evalpipe.backends.base import GenerationSettings
+    from evalpipe.cli import main
+    from evalpipe.engine import CellRuntime, Engine
+    from evalpipe.formats import get_format
+    from evalpipe.store import RunStore
+    from evalpipe.tools.registry import ToolLimits, Toolset
+
+    def tool_call(name, **arguments):
+        return get_format("hermes").render_call(ToolCall(name, arguments))
+
+    script = {  # question id -> replies, one per turn
+        "q-huge-product": [tool_call("multiply", a=HUGE, b=HUGE), "It is 1e400."],
+        "q-long-result": [tool_call("fib", n=1000), "9" * 5000],
+        "q-exponent": ["2.5E-3"],
+        "q-right": [tool_call("divide", a=144, b=12), "12"],
+    }
+    questions = [Question(id=q, suite="s", question=q, answer=12 if q == "q-right" else 0.0025,
+                          answer_type="number", lang="en") for q in script]
+    replies = {q: iter(r) for q, r in script.items()}
+
+    def reply(prompt):
+        question = next(q for q in script if f"<user>{q}" in prompt)
+        return next(replies[question], "done")
+
+    math_tools = build_toolset("math")
+    toolset = Toolset(math_tools.tools, ToolLimits(timeout_s=5.0, max_result_chars=50))
+    cell = CellRuntime("m/hermes/math/no-rag", "fp", {"toolset": "math"},
+                       ScriptedBackend(reply), get_format("hermes"), toolset,
+                       GenerationSettings(), max_turns=3)
+    samples = [s.to_dict() for ended in Engine().run(cell, questions, "run") for s in ended]
+    events = {s["question_id"]: [e for t in s["turns"] for e in t["tool_events"]]
+              for s in samples}
+    assert events["q-huge-product"][0]["error"] == "bad_result"
+    assert events["q-long-result"][0]["truncated"]
+    corrupt = dict(samples[-1], question_id="q-right", repeat=1, turns=[{"tool_events": 7}])
+
+    store = RunStore(tmp_path / "run")
+    store.path.mkdir()
+    store.write_json("manifest.json", {"run_id": "run", "config": {"k": 3}})
+    store.write_questions(questions)
+    store.append_samples([*samples, corrupt])
+
+    result = CliRunner().invoke(main, ["score", str(store.path)])
+    assert result.exit_code == 0, result.output
+    assert "1 sample(s) could not be scored" in result.output
+    assert "question q-right, repeat 1: TypeError" in result.output
+    scores = json.loads((store.path / "scores.json").read_text())
+    assert len(scores["samples"]) == 5
+    assert [u["question_id"] for u in scores["unscored"]] == ["q-right"]
+    by_id = {(s["question_id"], s["repeat"]): s for s in scores["samples"]}
+    assert by_id[("q-exponent", 0)]["exact"] and by_id[("q-right", 0)]["exact"]
+    assert not by_id[("q-huge-product", 0)]["exact"]
+    report = CliRunner().invoke(main, ["report", str(store.path)])
+    assert report.exit_code == 0, report.output
+    assert "1 sample(s) could not be scored" in report.output
