@@ -1,14 +1,22 @@
 """The records that flow between stages.
 
 Everything here is plain data: dataclasses that serialise to JSON with
-`to_dict` and come back with `from_dict`. A sample holds what happened during
-generation, never a judgement; scores are computed from it later.
+`to_dict`, and TypedDicts (at the end) that say what each field of a record
+means once it is read back from samples.jsonl or scores.json. A sample holds
+what happened during generation, never a judgement; scores are computed from it
+later.
+
+SCHEMA_VERSION is written into the manifest, every sample and every scored
+sample. Records without it come from runs made before it existed (version 0);
+readers accept them, since every field added later has a default.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, NotRequired, TypedDict
+
+SCHEMA_VERSION = 1
 
 
 def _from_dict(cls, data: dict[str, Any]):
@@ -154,6 +162,7 @@ class Sample:
     # Text of the prompt blocks this sample's turns are the first in the file to use
     # (block id -> text); see evalpipe.prompts.
     prompt_text: dict[str, str] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -161,3 +170,91 @@ class Sample:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sample:
         return _from_dict(cls, data)
+
+
+# -- records as read back ----------------------------------------------------------------------
+# NotRequired: absent in runs written before the field existed.
+
+class ToolEventRecord(TypedDict):
+    """One tool call the loop executed or refused (Turn.tool_events)."""
+
+    call_id: str  # the call's id as the reply gave it, or one the loop made up
+    name: str  # the tool asked for, known or not
+    arguments: Any  # as parsed; not necessarily a mapping
+    result: Any  # what the tool returned (after truncation); None on error
+    error: str | None  # unknown_tool | invalid_arguments | tool_exception | timeout | ...
+    error_message: str
+    truncated: bool  # the result was cut to tool_limits.max_result_chars
+    ms: float  # wall time of the call
+
+
+class TurnRecord(TypedDict):
+    """One generation of the agent loop (Sample.turns)."""
+
+    index: int  # 0 for the first reply
+    prompt_hash: str  # of the rendered prompt text
+    prompt_chars: int
+    raw: str  # the reply exactly as generated
+    calls: list[dict[str, Any]]  # ToolCall dicts parsed from it
+    parse_errors: list[dict[str, Any]]  # ParseError dicts of the lenient parser
+    repaired: bool  # the lenient parser fixed what the strict one rejected
+    prompt_tokens: int
+    completion_tokens: int
+    prefill_ms: float  # time to first token
+    decode_ms: float
+    finish_reason: str  # stop | length | error
+    cached: bool  # the reply came from the generation cache
+    request_hash: NotRequired[str]  # wire messages + tools, independent of the template
+    tool_events: list[ToolEventRecord]
+    strict_errors: NotRequired[list[dict[str, Any]]]  # ParseErrors of the strict parser
+    prefix_tokens: NotRequired[int]  # prompt tokens served from the shared-prefix store
+    prefill_compute_ms: NotRequired[float | None]  # share of batched prefill; None: unknown
+    prompt_blocks: NotRequired[list[str]]  # block ids of the exact prompt (evalpipe.prompts)
+
+
+class SampleRecord(TypedDict):
+    """A line of samples.jsonl: one question in one cell (Sample.to_dict)."""
+
+    run_id: str
+    cell_id: str  # model/format/toolset/retrieval
+    cell_fingerprint: str  # hash of everything that decides the cell's outputs
+    question_id: str
+    suite: str
+    settings: dict[str, Any]  # the cell's settings (model, format, toolset, retrieval, ...)
+    messages: list[dict[str, Any]]  # the whole conversation, system prompt first
+    turns: list[TurnRecord]
+    retrieved: list[dict[str, Any]]  # RetrievedChunk dicts pasted into the prompt or searched
+    final_answer: str  # the last reply's content without calls or reasoning
+    reasoning: str  # text inside <think>...</think>
+    stop_reason: str  # answered | turn_limit | length | infra_error
+    error: str | None  # the infrastructure error, when stop_reason is infra_error
+    wall_ms: float
+    repeat: NotRequired[int]  # with cell_id and question_id, the sample's identity
+    seed: NotRequired[int | None]  # the repeat's sampling seed; None when greedy
+    prompt_text: NotRequired[dict[str, str]]  # prompt blocks this line is the first to use
+    schema_version: NotRequired[int]
+
+
+class ScoredSample(TypedDict):
+    """A sample of scores.json["samples"]: the judgement of one SampleRecord."""
+
+    run_id: str
+    cell_id: str
+    question_id: str
+    repeat: int
+    suite: str
+    lang: str
+    answer_type: str
+    scorer_version: str  # scores of different scorer versions are not compared
+    infra: bool  # the infrastructure failed: kept out of every rate
+    category: str  # the rung of the category ladder that decided (scoring/categories.py)
+    subtype: str | None
+    flags: list[str]  # findings beside the category (hallucinated_tool, ...)
+    cost: dict[str, Any]  # tokens and milliseconds, in units batching does not change
+    exact: NotRequired[bool]  # the final answer matches the gold answer
+    format_valid: NotRequired[bool | None]  # every attempted call parsed; None: none tried
+    plan_exact: NotRequired[bool | None]  # the calls match the gold plan; None: no plan
+    retrieval: NotRequired[dict[str, Any] | None]  # recall@k, MRR, ... of retrieved chunks
+    why: NotRequired[dict[str, Any]]  # the rung, its reason and the facts it read
+    scorer_error: NotRequired[str]  # the scorer failed on this sample (category scorer_error)
+    schema_version: NotRequired[int]

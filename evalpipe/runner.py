@@ -22,6 +22,7 @@ from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, CellRuntime, Engine
 from evalpipe.errors import InfraError, InputError
 from evalpipe.formats import get_format
 from evalpipe.questions import Question, load_questions, question_files
+from evalpipe.records import SCHEMA_VERSION
 from evalpipe.store import RunStore, git_commit, machine, new_run_id, package_versions
 from evalpipe.tools import ToolLimits, build_toolset
 from evalpipe.tools.builtin import search_site_tool
@@ -135,7 +136,7 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
         if manifest is None:
             questions = select_questions(config)
             manifest = {
-                "run_id": run_id, "config": config.to_dict(), "config_source": config.source,
+                "run_id": run_id, "schema_version": SCHEMA_VERSION, "config": config.to_dict(), "config_source": config.source,
                 "config_hash": config.hash(), "started": _now(),
                 "versions": package_versions(), "git_commit": git_commit(), "machine": machine(),
                 "corpus_version": corpus.version if corpus else None,

@@ -84,3 +84,27 @@ def test_a_typo_fails_before_any_model_loads(tmp_path):
     with pytest.raises(InputError, match="did you mean max_turns") as err:
         evalpipe.run({"questions": ["q.jsonl"], "max_turn": 2}, out=tmp_path)
     assert err.value.field == "max_turn" and not (tmp_path).joinpath("latest").exists()
+
+
+def test_every_record_carries_the_schema_version_and_old_runs_still_read(finished_run, tmp_path):
+    import shutil
+
+    from evalpipe.records import SCHEMA_VERSION
+
+    result, _ = finished_run
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    lines = [json.loads(x) for x in (result.run_dir / "samples.jsonl").read_text().splitlines()]
+    assert manifest["schema_version"] == SCHEMA_VERSION
+    assert {s["schema_version"] for s in lines} == {SCHEMA_VERSION}
+    assert {s["schema_version"] for s in result.scores["samples"]} == {SCHEMA_VERSION}
+    # a run written before schema versions: the same records without the field
+    old = tmp_path / "old"
+    shutil.copytree(result.run_dir, old)
+    manifest.pop("schema_version")
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    (old / "samples.jsonl").write_text("".join(
+        json.dumps({k: v for k, v in s.items() if k != "schema_version"}) + "\n" for s in lines))
+    (old / "scores.json").unlink()
+    rescored = evalpipe.score(old)
+    assert [s["category"] for s in rescored["samples"]] == [
+        s["category"] for s in result.scores["samples"]]

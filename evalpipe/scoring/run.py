@@ -6,6 +6,7 @@ from typing import Any
 
 from evalpipe.errors import InputError
 from evalpipe.questions import Question
+from evalpipe.records import SCHEMA_VERSION
 from evalpipe.scoring.aggregate import aggregate
 from evalpipe.scoring.plan import RULE_SETS
 from evalpipe.scoring.score import SCORER_VERSION, score_sample
@@ -56,5 +57,8 @@ def score_records(manifest: dict[str, Any], questions: dict[str, Question],
             scored.append(unscored(s, q, exc))
             failed.append({key: scored[-1][key] for key in
                            ("cell_id", "question_id", "repeat", SCORER_ERROR)})
+    for record in scored:
+        record["schema_version"] = SCHEMA_VERSION
     return {"run_id": manifest.get("run_id"), "scorer_version": SCORER_VERSION, "k": k,
-            "groups": aggregate(scored), "samples": scored, "unscored": failed}
+            "schema_version": SCHEMA_VERSION, "groups": aggregate(scored), "samples": scored,
+            "unscored": failed}
