@@ -143,3 +143,18 @@ def test_good_gold_forms_load(tmp_path):
     path.write_text(json.dumps(record) + "\n")
     (q,) = load_questions(path)
     assert q.gold_calls == record["gold_calls"]
+
+
+def test_validate_reports_every_bad_form_with_file_line_and_field(tmp_path):
+    from evalpipe.validate import validate_paths
+
+    good = {**BASE, "gold_calls": [{"id": "s1", "name": "add",
+                                    "arguments": {"a": {"$any": [2, 20]}, "b": 3}}]}
+    bad = {**BASE, "id": "q2", "gold_calls": [{"id": "s1", "name": "add",
+                                               "arguments": {"a": {"$anny": [2]}, "b": 3}}]}
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    errors = validate_paths([str(path)])
+    assert errors == [f"{path}:2: field 'gold_calls[0].arguments.a.$anny': unknown key in a "
+                      'gold value form: expected "$any", "$optional", "$strings" (write "$$" '
+                      'for a literal "$")']
