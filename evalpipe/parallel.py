@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from evalpipe import jsonl
 from evalpipe.errors import InfraError, InputError
 from evalpipe.identity import sample_key
 
@@ -83,26 +84,14 @@ def done_path(run_dir: str | Path, rank: int) -> Path:
 
 
 def append_part(run_dir: str | Path, rank: int, samples: Iterable[dict[str, Any]]) -> int:
-    """Append whole records to this rank's part and fsync (like RunStore.append_samples)."""
-    lines = [json.dumps(s, ensure_ascii=False, default=str) + "\n" for s in samples]
-    with open(part_path(run_dir, rank), "a", encoding="utf-8") as f:
-        f.write("".join(lines))
-        f.flush()
-        os.fsync(f.fileno())
-    return len(lines)
+    """Append whole records to this rank's part and fsync (evalpipe.jsonl)."""
+    return jsonl.append(part_path(run_dir, rank), samples)
 
 
 def repair_part(run_dir: str | Path, rank: int) -> None:
     """Cut a torn last line (from a killed rank) off this rank's part, so that
     appends continue on a clean line. Call before a rank appends on resume."""
-    path = part_path(run_dir, rank)
-    if not path.is_file():
-        return
-    raw = path.read_bytes()
-    end = raw.rfind(b"\n") + 1
-    if end < len(raw):
-        with open(path, "r+b") as f:
-            f.truncate(end)
+    jsonl.repair(part_path(run_dir, rank))
 
 
 def mark_done(run_dir: str | Path, rank: int, count: int | None = None,
@@ -129,11 +118,6 @@ def _is_done(run_dir: str | Path, rank: int, token: str | None) -> bool:
         return False
 
 
-def clear_done(run_dir: str | Path, rank: int) -> None:
-    """Remove a marker left by an earlier launch (call before a rank starts work)."""
-    done_path(run_dir, rank).unlink(missing_ok=True)
-
-
 def wait_for_parts(run_dir: str | Path, world: int, timeout: float | None = None,
                    poll_s: float = 0.5, token: str | None = None) -> list[int]:
     """Wait until every rank has written its done marker (with this launch's
@@ -149,25 +133,7 @@ def wait_for_parts(run_dir: str | Path, world: int, timeout: float | None = None
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Complete JSON lines of a part; a torn last line (a killed rank) is dropped."""
-    if not path.is_file():
-        return []
-    raw = path.read_bytes()
-    records = []
-    lines = raw.split(b"\n")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        last = number == len(lines)  # no newline after it: cut short
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if last or all(not rest.strip() for rest in lines[number:]):
-                break
-            raise InputError("corrupt sample record", file=str(path), line=number) from None
-        if last:
-            break
-        records.append(record)
-    return records
+    return jsonl.read(path)
 
 
 def done_pairs(run_dir: str | Path) -> set[tuple[str, str, int]]:
@@ -214,7 +180,7 @@ def merge_parts(run_dir: str | Path, world: int,
     ordered = [unique[k] for k in sorted(unique, key=order)]
     tmp = run_dir / ".samples.jsonl.merge"
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(json.dumps(s, ensure_ascii=False, default=str) + "\n" for s in ordered))
+        f.write("".join(map(jsonl.dumps, ordered)))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, target)
