@@ -97,3 +97,15 @@ def test_xml_integral_float_is_not_an_integer():
     assert call.arguments == {"n": "10.0"}  # kept as written, so the schema refuses it
     (event,) = build_toolset("math").execute([call])
     assert event.error == "invalid_arguments"
+
+
+@pytest.mark.parametrize("raw, decoded", [
+    ('{"a": 1, "b": 2}', {"a": 1, "b": 2}),
+    ('{"a": 1, "a": 2}', '{"a": 1, "a": 2}'),  # kept as text: the tool check refuses it
+    ('{"a": 1e999}', '{"a": 1e999}'),
+    ('[1, 2]', '[1, 2]'),
+])
+def test_structured_api_arguments_follow_the_same_json_rules(raw, decoded):
+    from evalpipe.backends.openai_backend import decode_arguments
+
+    assert decode_arguments(raw) == decoded

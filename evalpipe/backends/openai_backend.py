@@ -97,17 +97,19 @@ def wire_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | Non
 
 
 def decode_arguments(raw: Any) -> Any:
-    """Structured call arguments as a dict; a string that is not a JSON object is
-    kept as it is, so the tool check reports invalid_arguments."""
+    """Structured call arguments as a dict; a string that is not a JSON object (or
+    gives a key twice, or holds an out-of-range number) is kept as it is, so the
+    tool check reports invalid_arguments. Decoded by the formats' strict reader."""
+    from evalpipe.formats.repair import loads_value
+
     if isinstance(raw, dict):
         return raw
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
-    try:
-        value = json.loads(raw)
-    except (TypeError, ValueError):
+    if not isinstance(raw, str):
         return raw
-    return value if isinstance(value, dict) else raw
+    value, problem, _ = loads_value(raw, lenient=False)
+    return value if problem is None and isinstance(value, dict) else raw
 
 
 class OpenAIBackend(Backend):
