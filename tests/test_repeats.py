@@ -130,7 +130,7 @@ def _repeat_run(tmp_path, name: str, right: dict[str, list[bool]]):
 
 
 def test_compare_treats_the_question_as_the_unit(tmp_path):
-    from evalpipe.report.compare import compare_runs, render_text
+    from evalpipe.report.compare import compare_runs, render_markdown, render_text
 
     ids = ["a1", "a2", "a3", "a4", "r1", "r2"]
     a = _repeat_run(tmp_path, "a", {q: [True, True, True, False] for q in ids})
@@ -144,6 +144,7 @@ def test_compare_treats_the_question_as_the_unit(tmp_path):
     assert exact.noise_floor == pytest.approx(detectable_difference([0.75] * 6, [1.0] * 6))
     text = render_text(cmp)
     assert "repeats: 4 in A, 4 in B" in text and "noise floor" in text
+    assert "Repeats: 4 in A, 4 in B" in render_markdown(cmp)
 
 
 def test_gate_does_not_count_repeats_as_independent_evidence(tmp_path):

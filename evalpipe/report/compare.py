@@ -454,7 +454,7 @@ def render_markdown(cmp: Comparison) -> str:
             f"percentage points with a paired bootstrap 95% interval ({cmp.resamples} "
             f"resamples, seed {cmp.seed}); McNemar's exact test for binary metrics. A metric "
             f"regresses when it drops more than {100 * cmp.threshold:.1f} points and the whole "
-            "interval is below zero.\n"), f"{_unit_line(cmp).capitalize()}.\n"]
+            "interval is below zero.\n"), f"{_unit_line(cmp)[0].upper()}{_unit_line(cmp)[1:]}.\n"]
     if cmp.warnings:
         out.append("**Warnings**\n")
         out += [f"- {esc(w)}" for w in cmp.warnings]
