@@ -1,0 +1,182 @@
+"""The benchmark workloads, defined once for bench_turns.py and bench_peers.py.
+
+- W1 single-turn: the arithmetic questions, no tools, greedy, 128 new tokens.
+- W2 agent loop: arithmetic and plan questions interleaved, hermes + calculator,
+  up to 5 turns. The embedded model calls no tool (0 of 64), so on it W2 is one
+  generation per question, whatever the system.
+- W2f forced-plan loop: W2's questions, but while a question's gold plan has
+  steps left, the model's reply is replaced by the plan's next call (hermes
+  text, arguments resolved from the real results of the earlier steps); the
+  engine parses it and runs the real tool, and the next turn prefills that
+  call, the tool result and a new turn header and decodes a reply again. So
+  every later turn is real multi-turn work (prefill of tool results, decode)
+  on a model that would never call a tool itself; what the model wrote in the
+  forced turns is discarded. A plan of k steps gives k + 1 turns.
+- W3 RAG prepend: the site_rag questions, BM25 top 3 prepended to the system
+  prompt, no tools.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+NAMES = {
+    "W1": "single-turn arithmetic (no tools)",
+    "W2": "agent loop, hermes + calculator (the model calls no tool: one turn each)",
+    "W2f": "forced-plan loop: assistant tool calls replaced by the gold plan's, real tool "
+           "results, the model decodes every turn",
+    "W3": "RAG prepend, BM25 top 3 (no tools)",
+}
+
+
+@dataclass
+class Workload:
+    name: str
+    questions: list
+    toolset: str  # evalpipe toolset name ("none": no tools)
+    max_new_tokens: int
+    max_turns: int
+    retrieve: Any = None  # prepend retrieval: query, k -> chunks
+    forced: dict[int, list[str]] | None = None  # question index -> forced replies (W2f)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {NAMES[self.name]}"
+
+
+def _load(name: str):
+    from evalpipe.questions import load_questions
+
+    return load_questions(REPO / "datasets" / name)
+
+
+def interleaved(n: int) -> list:
+    """Arithmetic and plan questions, alternating (bench_engine's set)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from bench_engine import bench_questions
+
+    return bench_questions(n)
+
+
+def bm25_search():
+    from evalpipe.corpus import chunk_corpus, load_corpus
+    from evalpipe.retrieval import build_retriever
+
+    retriever = build_retriever({"method": "bm25"},
+                                chunk_corpus(load_corpus(REPO / "datasets/site"), 800, 0))
+
+    def search(query: str, k: int) -> list[dict[str, Any]]:
+        return [{"chunk_id": h.chunk.id, "doc": h.chunk.doc, "start": h.chunk.start,
+                 "end": h.chunk.end, "rank": h.rank, "score": float(h.score),
+                 "text": h.chunk.text} for h in retriever.search(query, k)]
+
+    return search
+
+
+def forced_replies(questions, fmt) -> dict[int, list[str]]:
+    """Per question index, the gold plan's calls as the format writes them, one per turn,
+    arguments resolved from the real results of the earlier steps."""
+    from evalpipe.plans import execute_gold_plan, resolve
+    from evalpipe.records import ToolCall
+    from evalpipe.tools import build_toolset
+
+    tools = build_toolset("calculator")
+    out = {}
+    for i, q in enumerate(questions):
+        steps = q.gold_calls or []
+        try:
+            results = execute_gold_plan(steps, tools)
+        except ValueError:
+            continue
+        done: dict[str, Any] = {}
+        replies = []
+        for step in steps:
+            replies.append(fmt.render_call(ToolCall(step["name"], resolve(step["arguments"], done))))
+            done[step["id"]] = results[step["id"]]
+        out[i] = replies
+    return out
+
+
+def build(name: str, n: int | None = None, max_new_tokens: int | None = None) -> Workload:
+    if name == "W1":
+        qs = _load("arithmetic.jsonl")
+        return Workload(name, qs[:n] if n else qs, "none", max_new_tokens or 128, 1)
+    if name in ("W2", "W2f"):
+        from evalpipe.formats import get_format
+
+        qs = interleaved(n or 64)
+        forced = forced_replies(qs, get_format("hermes")) if name == "W2f" else None
+        return Workload(name, qs, "calculator", max_new_tokens or 128, 5, forced=forced)
+    if name == "W3":
+        qs = _load("site_rag.jsonl")
+        return Workload(name, qs[:n] if n else qs, "none", max_new_tokens or 128, 1,
+                        retrieve=bm25_search())
+    raise SystemExit(f"unknown workload {name!r}: one of {', '.join(NAMES)}")
+
+
+class ForcedSession:
+    """A generation session whose replies, while a conversation's forced list lasts,
+    are replaced by the next forced reply (the model still prefilled and decoded)."""
+
+    def __init__(self, inner, forced: dict[int, list[str]]):
+        self.inner, self.forced, self.turn = inner, forced, {}
+
+    @property
+    def pending(self) -> int:
+        return self.inner.pending
+
+    def submit(self, key, prompt: str) -> None:
+        self.inner.submit(key, prompt)
+
+    def poll(self):
+        out = []
+        for key, gen in self.inner.poll():
+            t = self.turn.get(key, 0)
+            self.turn[key] = t + 1
+            replies = self.forced.get(key, [])
+            if t < len(replies) and gen.finish_reason != "error":
+                gen = dataclasses.replace(gen, text=replies[t], tool_calls=None)
+            out.append((key, gen))
+        return out
+
+
+def runtime(backend, w: Workload, batch_size: int = 64):
+    from evalpipe.backends.base import GenerationSettings
+    from evalpipe.engine import CellRuntime
+    from evalpipe.formats import get_format
+    from evalpipe.tools import build_toolset
+
+    return CellRuntime(
+        cell_id=w.name, fingerprint=w.name, settings={}, backend=backend,
+        fmt=get_format("hermes"), toolset=build_toolset(w.toolset),
+        generation=GenerationSettings(max_new_tokens=w.max_new_tokens, batch_size=batch_size),
+        max_turns=w.max_turns, retrieve=w.retrieve, k=3)
+
+
+def run_engine(backend, w: Workload, batch_size: int = 64) -> dict[str, Any]:
+    """Wall seconds, samples, and token counts of one engine run of `w`."""
+    import time
+
+    from evalpipe.engine import Engine
+
+    def open_session(b, settings):
+        session = b.session(settings)
+        return ForcedSession(session, w.forced) if w.forced is not None else session
+
+    samples = []
+    t0 = time.perf_counter()
+    for batch in Engine(open_session).run(runtime(backend, w, batch_size), w.questions, w.name):
+        samples += batch
+    wall = time.perf_counter() - t0
+    turns = [t for s in samples for t in s.turns]
+    return {"wall_s": wall, "samples": samples, "turns": len(turns),
+            "prompt_tokens": sum(t.get("prompt_tokens") or 0 for t in turns),
+            "completion_tokens": sum(t.get("completion_tokens") or 0 for t in turns),
+            "answers": {s.question_id: s.final_answer for s in samples}}
