@@ -1,4 +1,9 @@
-"""Errors that reach the user as one clear message and an exit code."""
+"""Errors that reach the user as one clear message and an exit code.
+
+Exit codes, for scripts (docs/runs.md): 0 finished, 2 bad input, 3 a regression
+found by `compare --fail-on-regression`, 130 interrupted by SIGINT (Ctrl-C),
+143 interrupted by SIGTERM, 1 anything else.
+"""
 
 from __future__ import annotations
 
@@ -33,3 +38,23 @@ class ModelUnavailableError(EvalpipeError):
 
 class InfraError(EvalpipeError):
     """The backend or the harness failed; samples get stop_reason infra_error."""
+
+
+class StorageError(EvalpipeError):
+    """The run directory cannot be written (full disk, read-only or unwritable
+    folder); what was written before stays readable and the run resumes."""
+
+
+class RegressionFound(EvalpipeError):
+    """The regression gate found a regression. Exit 3."""
+
+    exit_code = 3
+
+
+class Interrupted(EvalpipeError):
+    """SIGINT or SIGTERM stopped the run; exit 128 + the signal number (130, 143)."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum

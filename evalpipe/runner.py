@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
+import signal
+import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -19,8 +23,10 @@ from evalpipe.cache import GenerationCache
 from evalpipe.config import Cell, RunConfig, stable_hash
 from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
 from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, CellRuntime, Engine
-from evalpipe.errors import InfraError, InputError
+from evalpipe.errors import EvalpipeError, InfraError, InputError, Interrupted
 from evalpipe.formats import get_format
+from evalpipe.identity import sample_key
+from evalpipe.probe import probe_questions, run_probe
 from evalpipe.questions import Question, load_questions, question_files
 from evalpipe.records import SCHEMA_VERSION
 from evalpipe.store import RunStore, git_commit, machine, new_run_id, package_versions
@@ -99,110 +105,267 @@ def fingerprint(cell: Cell, backend_facts: dict, toolset_schemas: list, config: 
 
 def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path | None = None,
                 use_cache: bool = True, echo: Callable[[str], None] = print,
-                engine: Engine | None = None) -> Path:
+                engine: Engine | None = None, retry_infra: bool = False) -> Path:
     """Run every cell of the grid and score it; returns the run directory.
 
-    With `resume`, continue a killed run in place: samples already written are
+    With `resume`, continue a stopped run in place: samples already written are
     kept (a torn last line is cut), and only the missing cell x question pairs run.
+    With `retry_infra` as well, the samples that failed for infrastructure reasons
+    run again and replace their first attempt in place.
     """
-    rank, world = parallel.rank_world()
-    token = parallel.launch_key(config.hash()) if world > 1 else None
-    if resume is not None:
-        store = RunStore(resume)
-        manifest = store.read_json("manifest.json")
-        run_id = manifest["run_id"]
-    else:
-        out = Path(out_root or "outputs")
-        run_id = parallel.shared_run_id(out, config.hash(),
-                                        lambda: new_run_id(config.name, config.hash()),
-                                        rank, world)
-        store = RunStore(out / run_id)
-        manifest = None
-    cells = config.cells()
-    corpus = None
-    if config.corpus and any(c.retrieval["mode"] != "none" for c in cells):
-        docs = load_corpus(config.corpus)
-        corpus = Corpus(chunk_corpus(docs, config.chunking["size"], config.chunking["overlap"]),
-                        corpus_version(docs))
+    run = Run(config, Path(out_root or "outputs"), resume=resume, retry_infra=retry_infra,
+              echo=echo)
     cache = GenerationCache() if use_cache else None
-    engine = engine or Engine(cache.session if cache else None)
-    if rank > 0:  # a helper rank: its share of every cell into its own part, no manifest
-        _run_rank(config, store, run_id, rank, world, token, cells, corpus, engine,
-                  resumed=manifest is not None)
+    try:
+        return run.execute(engine or Engine(cache.session if cache else None), cache)
+    finally:
         if cache is not None:
             cache.close()
-        return store.path
-    with store:
-        if manifest is None:
-            questions = select_questions(config)
-            manifest = {
-                "run_id": run_id, "schema_version": SCHEMA_VERSION, "config": config.to_dict(), "config_source": config.source,
-                "config_hash": config.hash(), "started": _now(),
-                "versions": package_versions(), "git_commit": git_commit(), "machine": machine(),
-                "corpus_version": corpus.version if corpus else None,
-                "questions": len(questions), "cells": {},
-            }
-            store.write_questions(questions)
-            done: set[tuple[str, str, int]] = set()
+
+
+class _StopFlag:
+    """SIGINT / SIGTERM while a run generates: the first stops new conversations
+    (those in flight finish and are written), a second one stops at once."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._saved: dict[int, Any] = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():  # signals reach only it
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._saved[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for signum, handler in self._saved.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise Interrupted(f"{signal.Signals(signum).name} again: stopped at once", signum)
+        self.signum = signum
+        print(f"{signal.Signals(signum).name}: no new conversations; finishing those in flight "
+              "(send it again to stop at once)", file=sys.stderr, flush=True)
+
+    def __bool__(self) -> bool:
+        return self.signum is not None
+
+
+class Run:
+    """One run of a config, from its directory to its scores.
+
+    Where samples go is decided once, here: samples.jsonl when alone, this rank's
+    part under data parallelism, samples.retry.jsonl while infra errors are re-run.
+    The manifest's `status` says where the run stands: running, finished,
+    interrupted or failed; outputs/latest moves only to a finished run.
+    """
+
+    def __init__(self, config: RunConfig, out_root: Path, *, resume: Path | None = None,
+                 retry_infra: bool = False, echo: Callable[[str], None] = print):
+        self.config, self.out_root, self.echo = config, out_root, echo
+        self.rank, self.world = parallel.rank_world()
+        self.token = parallel.launch_key(config.hash()) if self.world > 1 else None
+        if retry_infra and resume is None:
+            raise InputError("--retry-infra re-runs the infra errors of an earlier run",
+                             field="--retry-infra", expected="--resume RUN_DIR with it")
+        if retry_infra and self.world > 1:
+            raise InputError("--retry-infra runs in one process", field="WORLD_SIZE",
+                             expected="a plain `evalpipe run --resume RUN_DIR --retry-infra`")
+        self.retry_infra = retry_infra
+        self.cells = config.cells()
+        if resume is not None:
+            self.store = RunStore(resume)
+            self.manifest: dict[str, Any] | None = self.store.read_json("manifest.json")
+            self.run_id = self.manifest["run_id"]
+            self.questions = list(self.store.questions().values())
         else:
-            questions = list(store.questions().values())
-            store.read_samples(repair=True)
-            done = parallel.done_pairs(store.path)  # samples.jsonl and any rank's part
-            manifest.setdefault("resumed", []).append(_now())
-        if world > 1:
-            manifest["world_size"] = world
-            parallel.repair_part(store.path, rank)
-        mine = parallel.shard(questions, rank, world)
-        store.write_json("manifest.json", manifest)
-        _point_latest(store.path)
-        seeds = config.repeat_seeds()
-        manifest["repeats"] = {"requested": config.repeats, "seeds": seeds}
-        store.write_json("manifest.json", manifest)
-        if config.repeats > len(seeds):
-            echo(f"repeats: {config.repeats} requested, but decoding is greedy (temperature 0): "
-                 "every repeat would give the same replies, so each question runs once; set "
-                 "generation.temperature > 0 to sample")
-        echo(f"run {run_id}: {len(cells)} cells x {len(questions)} questions "
-             + (f"x {len(seeds)} repeats " if len(seeds) > 1 else "") + f"-> {store.path}"
-             + (f" (resuming: {len(done)} samples already written)" if done else ""))
-        def record_cell(cell: Cell, runtime: CellRuntime, facts: dict) -> None:
-            recorded = manifest["cells"].get(cell.id)
-            if recorded and recorded["fingerprint"] != runtime.fingerprint:
-                raise InputError(
-                    f"cell {cell.id} no longer matches the run (model, settings, corpus or "
-                    "questions changed since it started); start a new run instead",
-                    file=str(store.manifest_path), field="cells")
-            manifest["cells"][cell.id] = {"fingerprint": runtime.fingerprint,
-                                          "settings": runtime.settings, "model": facts}
-            store.write_json("manifest.json", manifest)
+            # Bad input fails here, before anything that looks like a run exists.
+            self.questions = select_questions(config)
+            self.run_id = parallel.shared_run_id(
+                out_root, config.hash(), lambda: new_run_id(config.name, config.hash()),
+                self.rank, self.world)
+            self.store = RunStore(out_root / self.run_id)
+            self.manifest = None
+        self.corpus = None
+        if config.corpus and any(c.retrieval["mode"] != "none" for c in self.cells):
+            docs = load_corpus(config.corpus)
+            self.corpus = Corpus(chunk_corpus(docs, config.chunking["size"],
+                                              config.chunking["overlap"]), corpus_version(docs))
+        if self.world > 1:
+            self.write = lambda samples: parallel.append_part(self.store.path, self.rank, samples)
+        elif retry_infra:
+            self.write = self.store.append_retries
+        else:
+            self.write = self.store.append_samples
 
-        def write(samples: list[dict]) -> None:
-            if world > 1:
-                parallel.append_part(store.path, rank, samples)
-            else:
-                store.append_samples(samples)
+    def execute(self, engine: Engine, cache: GenerationCache | None) -> Path:
+        if self.rank > 0:
+            self._execute_helper(engine)
+            return self.store.path
+        with self.store:
+            self._begin()
+            try:
+                with _StopFlag() as stop:
+                    self._generate(engine, stop)
+                    if stop:
+                        raise Interrupted(f"{signal.Signals(stop.signum).name}: stopped",
+                                          stop.signum)
+                    self._finish(cache)  # a signal now lets the short finish complete
+            except Interrupted as exc:
+                self._end("interrupted", f"{exc}; continue with --resume {self.store.path}")
+                raise
+            except BaseException as exc:
+                self._end("failed", f"{type(exc).__name__}: {exc}")
+                raise
+        return self.store.path
 
-        _run_cells(config, cells, corpus, engine, questions, mine, done, run_id, write,
-                   on_cell=record_cell, progress=True)
-        if world > 1:
-            parallel.mark_done(store.path, rank, token=token)
-            missing = parallel.wait_for_parts(store.path, world, token=token,
+    # -- rank 0 ----------------------------------------------------------------------------
+    def _begin(self) -> None:
+        if self.manifest is None:
+            corpus = self.corpus
+            self.manifest = {
+                "run_id": self.run_id, "schema_version": SCHEMA_VERSION, "status": "running",
+                "config": self.config.to_dict(),
+                "config_source": self.config.source, "config_hash": self.config.hash(),
+                "started": _now(), "versions": package_versions(), "git_commit": git_commit(),
+                "machine": machine(), "corpus_version": corpus.version if corpus else None,
+                "questions": len(self.questions), "cells": {},
+            }
+            self.store.write_questions(self.questions)
+            self.done: set[tuple[str, str, int]] = set()
+        else:
+            self.store.fold_retries()  # a retry that was stopped keeps what it re-ran
+            self.store.read_samples(repair=True)
+            self.done = parallel.done_pairs(self.store.path)  # samples.jsonl and any part
+            self.manifest["status"] = "running"
+            self.manifest.pop("error", None)
+            self.manifest.setdefault("resumed", []).append(_now())
+        self.retrying: Counter[str] = Counter()
+        self.retry_pairs: set[tuple[str, str, int]] = set()
+        if self.retry_infra:
+            self.retry_pairs, self.retrying = self._infra_samples()
+            self.done -= self.retry_pairs
+        if self.world > 1:
+            self.manifest["world_size"] = self.world
+            parallel.repair_part(self.store.path, self.rank)
+        seeds = self.config.repeat_seeds()
+        self.manifest["repeats"] = {"requested": self.config.repeats, "seeds": seeds}
+        self.store.write_json("manifest.json", self.manifest)
+        if self.config.repeats > len(seeds):
+            self.echo(f"repeats: {self.config.repeats} requested, but decoding is greedy "
+                      "(temperature 0): every repeat would give the same replies, so each "
+                      "question runs once; set generation.temperature > 0 to sample")
+        done = len(self.done)
+        self.echo(f"run {self.run_id}: {len(self.cells)} cells x {len(self.questions)} questions "
+                  + (f"x {len(seeds)} repeats " if len(seeds) > 1 else "")
+                  + f"-> {self.store.path}"
+                  + (f" (resuming: {done} samples already written)" if done else "")
+                  + (f" (retrying {len(self.retry_pairs)} infra errors)" if self.retry_infra
+                     else ""))
+
+    def _infra_samples(self) -> tuple[set[tuple[str, str, int]], Counter[str]]:
+        """The (cell, question, repeat) samples whose category is infra_error (the scorer's own
+        rule), and why they failed: the first line of each error, counted."""
+        from evalpipe.scoring.score import score_sample
+
+        questions = {q.id: q for q in self.questions}
+        pairs: set[tuple[str, str, int]] = set()
+        causes: Counter[str] = Counter()
+        for s in self.store.iter_samples():
+            q = questions.get(s["question_id"])
+            if q is not None and score_sample(s, q)["infra"]:
+                pairs.add(sample_key(s))
+                causes[(s.get("error") or "unknown").splitlines()[0][:200]] += 1
+        return pairs, causes
+
+    def _record_cell(self, cell: Cell, runtime: CellRuntime, facts: dict) -> None:
+        recorded = self.manifest["cells"].get(cell.id)
+        if recorded and recorded["fingerprint"] != runtime.fingerprint:
+            raise InputError(
+                f"cell {cell.id} no longer matches the run (model, settings, corpus or "
+                "questions changed since it started); start a new run instead",
+                file=str(self.store.manifest_path), field="cells")
+        self.manifest["cells"][cell.id] = {"fingerprint": runtime.fingerprint,
+                                           "settings": runtime.settings, "model": facts}
+        self.store.write_json("manifest.json", self.manifest)
+
+    def _generate(self, engine: Engine, stop: _StopFlag) -> int:
+        mine = parallel.shard(self.questions, self.rank, self.world)
+        return _run_cells(self.config, self.cells, self.corpus, engine, self.questions, mine,
+                          self.done, self.run_id, self.write, on_cell=self._record_cell,
+                          after_cell=self._probe if self.config.latency_probe else None,
+                          progress=True, stop=stop)
+
+    def _probe(self, runtime: CellRuntime) -> None:
+        """The latency probe of one cell (evalpipe.probe), once per run: probe.jsonl."""
+        probed = {r["cell_id"] for r in self.store.iter_samples(self.store.probe_path)}
+        if runtime.cell_id in probed:
+            return  # probed before this run was resumed
+        questions = probe_questions(self.questions, self.config.latency_probe)
+        self.store.append_probe(run_probe(runtime, questions, self.run_id))
+
+    def _finish(self, cache: GenerationCache | None) -> None:
+        store, manifest = self.store, self.manifest
+        if self.world > 1:
+            parallel.mark_done(store.path, self.rank, token=self.token)
+            missing = parallel.wait_for_parts(store.path, self.world, token=self.token,
                                               timeout=float(os.environ.get(
                                                   "EVALPIPE_PART_TIMEOUT", str(24 * 3600))))
             if missing:
                 raise InfraError(f"ranks {missing} did not finish their share of {store.path}; "
                                  "their parts are kept: continue with --resume")
-            merged = parallel.merge_parts(store.path, world, cell_order=[c.id for c in cells])
-            parallel.forget_run_id(Path(out_root or "outputs"), config.hash())
-            echo(f"merged {world} parts: {merged} samples")
-        manifest["finished"] = _now()
+            merged = parallel.merge_parts(store.path, self.world,
+                                          cell_order=[c.id for c in self.cells])
+            parallel.forget_run_id(self.out_root, self.config.hash())
+            self.echo(f"merged {self.world} parts: {merged} samples")
+        if self.retry_infra:
+            retried = store.fold_retries()
+            still = len(self._infra_samples()[0])
+            manifest.setdefault("retries", []).append({
+                "time": _now(), "retried": retried, "first_causes": dict(self.retrying),
+                "still_infra": still})
+            self.echo(f"retried {retried} infra errors; {still} still failed")
         if cache is not None:
-            manifest["cache"] = {"hits": cache.hits, "misses": cache.misses, "path": str(cache.path)}
-            echo(f"generation cache: {cache.hits} replies reused, {cache.misses} generated")
-            cache.close()
+            manifest["cache"] = {"hits": cache.hits, "misses": cache.misses,
+                                 "path": str(cache.path)}
+            self.echo(f"generation cache: {cache.hits} replies reused, {cache.misses} generated")
+        scores = score_run(store)
+        infra = sum(g.get("n_infra", 0) for g in scores["groups"])
+        if infra:
+            self.echo(f"{infra} samples are infra errors (backend, timeout or tool sandbox): "
+                      f"re-run them with `evalpipe run --resume {store.path} --retry-infra`")
+        manifest["finished"] = _now()
+        manifest["status"] = "finished"
         store.write_json("manifest.json", manifest)
-        score_run(store)
-    return store.path
+        _point_latest(store.path)
+
+    def _end(self, status: str, error: str) -> None:
+        """Say in the manifest how the run ended; a full disk may refuse even that."""
+        if self.manifest is None:
+            return
+        self.manifest.update(status=status, error=error, ended=_now())
+        try:
+            self.store.write_json("manifest.json", self.manifest)
+        except EvalpipeError:
+            pass
+
+    # -- helper ranks ----------------------------------------------------------------------
+    def _execute_helper(self, engine: Engine) -> None:
+        """A rank other than 0: its round-robin share of every cell into
+        samples.part{rank}.jsonl, then a done marker. Rank 0 writes the manifest and
+        questions.jsonl, merges the parts and scores."""
+        self.store.path.mkdir(parents=True, exist_ok=True)
+        parallel.repair_part(self.store.path, self.rank)
+        with _StopFlag() as stop:
+            count = _run_cells(self.config, self.cells, self.corpus, engine, self.questions,
+                               parallel.shard(self.questions, self.rank, self.world),
+                               parallel.done_pairs(self.store.path), self.run_id, self.write,
+                               stop=stop)
+        if stop:
+            raise Interrupted(f"rank {self.rank}: {signal.Signals(stop.signum).name}",
+                              stop.signum)
+        parallel.mark_done(self.store.path, self.rank, count, token=self.token)
 
 
 def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engine: Engine,
@@ -210,17 +373,19 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
                done: set[tuple[str, str, int]], run_id: str,
                write: Callable[[list[dict]], None], *,
                on_cell: Callable[[Cell, CellRuntime, dict], None] | None = None,
-               progress: bool = False) -> int:
+               after_cell: Callable[[CellRuntime], None] | None = None,
+               progress: bool = False, stop: _StopFlag | None = None) -> int:
     """Generate every (cell, question, repeat) of `mine` not yet `done`, one model loaded
     at a time, a cell's repeats one after another (each with its own seed); each finished
-    group of samples goes to `write`. Returns the count written."""
+    group of samples goes to `write`. Returns the count written. Once `stop` is set no
+    conversation starts; those in flight finish and are written."""
     count = 0
     seeds = config.repeat_seeds()
     for model in config.models:
         model_cells = [c for c in cells if c.model is model]
         todo = {(c.id, r): [q for q in mine if (c.id, q.id, r) not in done]
                 for c in model_cells for r in range(len(seeds))}
-        if not any(todo.values()):
+        if not any(todo.values()) or stop:
             continue
         backend = load_backend(model)
         facts = backend.describe()
@@ -230,36 +395,24 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
                 on_cell(cell, runtime, facts)
             for r, seed in enumerate(seeds):
                 left = todo[(cell.id, r)]
-                if not left:
+                if not left or stop:
                     continue
                 # A repeat differs from the first only in its seed (and its number).
                 repeat = dataclasses.replace(runtime, repeat=r, generation=dataclasses.replace(
                     runtime.generation, seed=seed))
+                # The engine draws questions as conversations end: a lazy, stoppable list.
+                pending = itertools.takewhile(lambda q: not stop, left)
                 desc = cell.id if len(seeds) == 1 else f"{cell.id} #{r + 1}/{len(seeds)}"
                 with tqdm(total=len(mine), initial=len(mine) - len(left), desc=desc,
                           unit="q", dynamic_ncols=True, disable=not progress) as bar:
-                    for samples in engine.run(repeat, left, run_id,
+                    for samples in engine.run(repeat, pending, run_id,
                                               window=max(64, 4 * config.generation.batch_size),
                                               progress=bar.update):
                         write([s.to_dict() for s in samples])
                         count += len(samples)
+            if after_cell is not None and not stop:  # the model is still loaded
+                after_cell(runtime)
     return count
-
-
-def _run_rank(config: RunConfig, store: RunStore, run_id: str, rank: int, world: int,
-              token: str | None, cells: list[Cell], corpus: Corpus | None, engine: Engine,
-              resumed: bool) -> None:
-    """A rank other than 0: its round-robin share of every cell into
-    samples.part{rank}.jsonl, then a done marker. Rank 0 writes the manifest and
-    questions.jsonl, merges the parts and scores."""
-    store.path.mkdir(parents=True, exist_ok=True)
-    # The same list rank 0 works from: its snapshot on resume, else the same selection.
-    questions = list(store.questions().values()) if resumed else select_questions(config)
-    parallel.repair_part(store.path, rank)
-    count = _run_cells(config, cells, corpus, engine, questions,
-                       parallel.shard(questions, rank, world), parallel.done_pairs(store.path),
-                       run_id, lambda samples: parallel.append_part(store.path, rank, samples))
-    parallel.mark_done(store.path, rank, count, token=token)
 
 
 def _now() -> str:
@@ -267,7 +420,7 @@ def _now() -> str:
 
 
 def _point_latest(run_dir: Path) -> None:
-    """outputs/latest -> the newest run (a relative symlink, replaced atomically)."""
+    """outputs/latest -> the newest finished run (a relative symlink, replaced atomically)."""
     run_dir = run_dir.resolve()  # resuming through the pointer itself must not loop it
     link = run_dir.parent / "latest"
     tmp = run_dir.parent / f".latest.{os.getpid()}"
@@ -318,8 +471,9 @@ def score_run(store: RunStore, k: int | None = None) -> dict[str, Any]:
     from evalpipe.report.tables import score_table
     from evalpipe.scoring.run import score_records
 
+    # Samples stream from the file: a long run's raw records are never all in memory.
     scores = score_records(store.read_json("manifest.json"), store.questions(),
-                           store.read_samples(), k=k, source=str(store.samples_path))
+                           store.iter_samples(), k=k, source=str(store.samples_path))
     store.write_json("scores.json", scores)
     store.write_text("table.md", score_table(scores))
     return scores

@@ -4,6 +4,8 @@ outputs/<run_id>/
   manifest.json     config, cell fingerprints, versions, git commit, machine, times
   questions.jsonl   the questions as run, so a run can be re-scored without its sources
   samples.jsonl     one record per cell x question, appended whole and fsynced per batch
+  samples.retry.jsonl  re-runs of infra errors (--retry-infra), folded into samples.jsonl
+                    in place when the retry finishes (or when the run is next resumed)
   scores.json       recomputable at any time from the two files above
   table.md          the score table
   .lock             held by the one process writing this run
@@ -11,6 +13,7 @@ outputs/<run_id>/
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -18,12 +21,14 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from evalpipe.errors import EvalpipeError, InputError
+from evalpipe import jsonl
+from evalpipe.errors import EvalpipeError, InputError, StorageError
+from evalpipe.identity import sample_key
 from evalpipe.questions import Question, load_questions
 
 PACKAGES = ("evalpipe", "torch", "transformers", "datasets", "scikit-learn", "numpy", "gguf",
@@ -32,6 +37,18 @@ PACKAGES = ("evalpipe", "torch", "transformers", "datasets", "scikit-learn", "nu
 
 class RunLockedError(EvalpipeError):
     exit_code = 2
+
+
+@contextlib.contextmanager
+def storage(path: Path, what: str = "write"):
+    """The storage boundary: a full disk or an unwritable folder becomes one clear
+    line (StorageError) instead of a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise StorageError(f"cannot {what} {path}: {exc.strerror or exc}; what was written "
+                           "before is kept: free space or fix permissions, then continue "
+                           "with --resume") from None
 
 
 def package_versions() -> dict[str, str | None]:
@@ -72,14 +89,19 @@ class RunStore:
         return self.path / "samples.jsonl"
 
     @property
+    def retry_path(self) -> Path:
+        return self.path / "samples.retry.jsonl"
+
+    @property
     def manifest_path(self) -> Path:
         return self.path / "manifest.json"
 
     # -- lifecycle ---------------------------------------------------------------------------
     def lock(self) -> None:
         """Hold the run's lock for as long as this process writes it."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock_file = open(self.path / ".lock", "a+")
+        with storage(self.path, "create the run directory"):
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock_file = open(self.path / ".lock", "a+")
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -110,10 +132,7 @@ class RunStore:
     # -- files -------------------------------------------------------------------------------
     def write_json(self, name: str, data: Any) -> None:
         """Write whole or not at all: a temp file renamed over the target."""
-        tmp = self.path / f".{name}.tmp"
-        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n",
-                       encoding="utf-8")
-        os.replace(tmp, self.path / name)
+        self.write_text(name, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
 
     def read_json(self, name: str) -> Any:
         try:
@@ -122,9 +141,15 @@ class RunStore:
             raise InputError(f"no {name} in run directory", file=str(self.path)) from None
 
     def write_text(self, name: str, text: str) -> None:
+        """Whole or not at all: a temp file renamed over the target."""
         tmp = self.path / f".{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, self.path / name)
+        with storage(self.path / name):
+            try:
+                tmp.write_text(text, encoding="utf-8")
+            except OSError:
+                tmp.unlink(missing_ok=True)
+                raise
+            os.replace(tmp, self.path / name)
 
     def write_questions(self, questions: Iterable[Question]) -> None:
         self.write_text("questions.jsonl", "".join(
@@ -136,37 +161,59 @@ class RunStore:
     def append_samples(self, samples: Iterable[dict[str, Any]]) -> None:
         """Append whole records and fsync, so a crash never leaves a half-written batch
         that looks complete (a torn last line is detected and dropped on read)."""
-        data = "".join(json.dumps(s, ensure_ascii=False, default=str) + "\n" for s in samples)
-        with open(self.samples_path, "a", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        self._append_to(self.samples_path, samples)
+
+    @property
+    def probe_path(self) -> Path:
+        return self.path / "probe.jsonl"
+
+    def append_probe(self, records: Iterable[dict[str, Any]]) -> None:
+        """Latency-probe records (evalpipe.probe): apart from samples.jsonl, so they
+        never count in accuracy."""
+        self._append_to(self.probe_path, records)
+
+    def append_retries(self, samples: Iterable[dict[str, Any]]) -> None:
+        """Re-runs of infra errors; fold_retries() moves them into samples.jsonl."""
+        self._append_to(self.retry_path, samples)
+
+    def _append_to(self, path: Path, samples: Iterable[dict[str, Any]]) -> None:
+        with storage(path):
+            jsonl.append(path, samples)
+
+    def iter_samples(self, path: Path | None = None) -> Iterator[dict[str, Any]]:
+        """Every complete record, streamed; a torn last line is dropped."""
+        yield from (record for _, record in jsonl.scan(path or self.samples_path))
 
     def read_samples(self, repair: bool = False) -> list[dict[str, Any]]:
         """Every complete record; a torn last line (from a kill mid-write) is dropped,
         and with repair=True also cut from the file so appends continue cleanly."""
-        if not self.samples_path.exists():
-            return []
-        raw = self.samples_path.read_bytes()
-        records, good_end, start = [], 0, 0
-        while start < len(raw):
-            end = raw.find(b"\n", start)
-            if end < 0:
-                break  # no newline: the last write was cut short
-            line = raw[start:end]
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    if raw.find(b"\n", end + 1) >= 0:
-                        raise InputError("corrupt sample record", file=str(self.samples_path),
-                                         line=raw.count(b"\n", 0, start) + 1) from None
-                    break  # only the last line may be torn
-            good_end = start = end + 1
-        if repair and good_end < len(raw):
-            with open(self.samples_path, "r+b") as f:
-                f.truncate(good_end)
-        return records
+        if repair:
+            with storage(self.samples_path):
+                jsonl.repair(self.samples_path)
+        return jsonl.read(self.samples_path)
+
+    def fold_retries(self) -> int:
+        """Put the re-run samples of samples.retry.jsonl in place of their first
+        attempts in samples.jsonl (same line, same order), atomically. Returns how
+        many were replaced; without a retry file, 0."""
+        retries = {sample_key(s): s for s in self.iter_samples(self.retry_path)}
+        if not self.retry_path.exists():
+            return 0
+        tmp = self.path / ".samples.jsonl.tmp"
+        replaced = 0
+        with storage(self.samples_path), open(tmp, "w", encoding="utf-8") as out:
+            for s in self.iter_samples():
+                again = retries.pop(sample_key(s), None)
+                replaced += again is not None
+                out.write(jsonl.dumps(again or s))
+            for s in retries.values():  # a pair the first attempt never wrote
+                out.write(jsonl.dumps(s))
+            out.flush()
+            os.fsync(out.fileno())
+        with storage(self.samples_path):
+            os.replace(tmp, self.samples_path)
+            self.retry_path.unlink()
+        return replaced + len(retries)
 
 
 def new_run_id(name: str, config_hash: str) -> str:

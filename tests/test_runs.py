@@ -21,7 +21,8 @@ TIMING = {"prefill_ms", "decode_ms", "wall_ms", "ms", "cached", "cost"}
 def strip_timings(value):
     """A sample without its timings: what must be identical between runs."""
     if isinstance(value, dict):
-        return {k: strip_timings(v) for k, v in value.items() if k not in TIMING | {"run_id"}}
+        return {k: strip_timings(v) for k, v in value.items()
+                if k not in TIMING | {"run_id"} and not k.endswith("_ms")}
     if isinstance(value, list):
         return [strip_timings(v) for v in value]
     return value
@@ -43,7 +44,7 @@ def make_config(tmp_path: Path, model_dir: Path, n: int = 100, **extra) -> Path:
 
 
 def evalpipe(*args, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "evalpipe.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "evalpipe", *args], capture_output=True,
                           text=True, env=env, **kw)
 
 
@@ -66,7 +67,7 @@ def test_killed_run_resumes_without_loss_or_duplicates(tmp_path, tiny_model_dir,
     (run_a,) = [p for p in (tmp_path / "a").iterdir() if p.name != "latest"]
 
     out_b = tmp_path / "b"
-    proc = subprocess.Popen([sys.executable, "-m", "evalpipe.cli", "run", "--config", str(config),
+    proc = subprocess.Popen([sys.executable, "-m", "evalpipe", "run", "--config", str(config),
                              "--out", str(out_b), "--no-cache"], env=isolated_env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
