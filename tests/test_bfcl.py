@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from conftest import ScriptedBackend
 
 from evalpipe.backends.base import GenerationSettings
-from evalpipe.bfcl import BfclData, import_bfcl
+from evalpipe.bfcl import DEFAULT_CATEGORIES, BfclData, import_bfcl
 from evalpipe.bfcl.convert import convert_item, gold_value, tool_of
 from evalpipe.bfcl.wheel import DATA
 from evalpipe.cli import main
@@ -296,6 +296,8 @@ def test_a_config_names_bfcl_categories_that_load_from_the_wheel(tmp_path):
     questions = load_questions("bfcl:parallel")
     assert len(questions) == 200 and questions[0].source == "bfcl:parallel:1"
     assert all(q.answer_type == "calls" and len(q.gold_calls) >= 2 for q in questions)
+    for category in DEFAULT_CATEGORIES:  # every item the importer writes loads back
+        assert load_questions(f"bfcl:{category}")
 
 
 def test_the_run_table_shows_bfcl_accuracy_per_category():

@@ -47,17 +47,9 @@ def import_bfcl(categories: list[str] | tuple[str, ...] = DEFAULT_CATEGORIES,
                 ) -> dict[str, dict[str, int]]:
     """Write one question file per category into `out`; every category is converted
     before anything is written, and each file is replaced atomically."""
-    from evalpipe.questions import parse_question
-
     out = Path(out)
-    converted = {}
     with BfclData(wheel) as data:
-        for category in categories:
-            records, skipped = convert_category(data, category)
-            target = out / f"{category}.jsonl"
-            for line, record in enumerate(records, start=1):  # what we write must load back
-                parse_question(record, file=str(target), line=line)
-            converted[category] = (records, skipped)
+        converted = {category: convert_category(data, category) for category in categories}
     out.mkdir(parents=True, exist_ok=True)
     summary = {}
     for category, (records, skipped) in converted.items():
