@@ -19,6 +19,7 @@ from evalpipe.backends.base import Backend, GenerationSession, GenerationSetting
 from evalpipe.paths import cache_dir
 from evalpipe.records import Generation, ToolCall
 
+BUSY_TIMEOUT_S = 60.0
 _SCHEMA = """CREATE TABLE IF NOT EXISTS generations (
     key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL DEFAULT (julianday('now')))"""
 
@@ -27,7 +28,10 @@ class GenerationCache:
     def __init__(self, path: str | Path | None = None):
         default = os.environ.get("EVALPIPE_GENERATION_CACHE") or cache_dir() / "generations.sqlite"
         self.path = Path(path or default)
-        self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+        # Several runs may share one cache: WAL lets readers and one writer work at
+        # once, and the busy timeout makes a writer wait its turn instead of failing.
+        self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
         self._db.commit()

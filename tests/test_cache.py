@@ -40,3 +40,31 @@ def test_errors_are_not_cached(tmp_path):
     cache.generate(failing, ["a"], GenerationSettings())
     cache.generate(failing, ["a"], GenerationSettings())
     assert failing.calls == 2
+
+
+_WRITER = """
+import sys
+from evalpipe.cache import GenerationCache
+from evalpipe.records import Generation
+
+cache = GenerationCache(sys.argv[1])
+for i in range(int(sys.argv[3])):
+    cache._put_many([(f"{sys.argv[2]}-{i}", Generation(f"reply {i}"))])
+    assert cache._get_many([f"{sys.argv[2]}-{i}"])
+cache.close()
+"""
+
+
+def test_two_processes_share_the_cache_without_lock_errors_or_lost_entries(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "shared.sqlite"
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(path), name, "300"],
+                              stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
+    errors = [p.communicate()[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    cache = GenerationCache(path)
+    keys = [f"{n}-{i}" for n in ("a", "b") for i in range(300)]
+    assert len(cache._get_many(keys)) == 600
+    cache.close()
