@@ -319,3 +319,14 @@ def test_a_truncated_first_search_is_not_replaced_by_a_later_one():
     assert out["retrieval"]["hit"] == 0.0  # the first ranking was not recorded
     assert out["category"] == "misread_context"  # but a gold passage was shown later
     assert "truncated_tool_output" in out["flags"]
+
+
+def test_reports_list_every_category_once_and_colour_each():
+    from evalpipe.report.plots import CATEGORY_COLOURS
+    from evalpipe.report.tables import CATEGORY_ORDER
+    from evalpipe.scoring.categories import CATEGORIES, DISPLAY_ORDER, SCORER_ERROR
+
+    assert CATEGORY_ORDER is DISPLAY_ORDER  # one list, not a copy that drifts
+    assert sorted(DISPLAY_ORDER) == sorted((*CATEGORIES, SCORER_ERROR))
+    assert DISPLAY_ORDER[0] == "correct"
+    assert set(CATEGORY_COLOURS) == set(DISPLAY_ORDER)

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-CATEGORY_ORDER = [
-    "correct", "infra_error", "tool_failure", "scorer_error", "malformed_call", "unknown_tool",
-    "invalid_arguments", "turn_limit", "no_tool_call", "unneeded_tool_call", "wrong_plan", "misreported_result", "retrieval_miss",
-    "misread_context", "hallucinated_answer", "wrong_answer",
-]
+from evalpipe.scoring.categories import DISPLAY_ORDER as CATEGORY_ORDER
 
 
 def fmt_rate(metric: dict[str, Any] | None) -> str:

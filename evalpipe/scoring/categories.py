@@ -53,6 +53,11 @@ CATEGORIES = (
     "turn_limit", "no_tool_call", "unneeded_tool_call", "wrong_plan", "misreported_result",
     "retrieval_miss", "misread_context", "hallucinated_answer", "wrong_answer",
 )
+SCORER_ERROR = "scorer_error"  # not a rung: the scorer failed on the sample (scoring/run.py)
+# How reports list categories: correct first, then what is not the model's fault,
+# then the model's failures in ladder order. Tables and plots read this one list.
+DISPLAY_ORDER = ("correct", "infra_error", "tool_failure", SCORER_ERROR,
+                 *(c for c in CATEGORIES if c not in ("correct", "infra_error", "tool_failure")))
 FLAGS = (
     "wrong_language", "abstained", "correct_without_retrieval", "repaired_format",
     "parallel_calls", "truncated_tool_output", "number_words", "length_limit", "tool_error",

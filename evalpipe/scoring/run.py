@@ -8,10 +8,10 @@ from evalpipe.errors import InputError
 from evalpipe.questions import Question
 from evalpipe.records import SCHEMA_VERSION
 from evalpipe.scoring.aggregate import aggregate
+from evalpipe.scoring.categories import SCORER_ERROR
 from evalpipe.scoring.plan import RULE_SETS
 from evalpipe.scoring.score import SCORER_VERSION, score_sample
 
-SCORER_ERROR = "scorer_error"
 MAX_ERROR_CHARS = 300
 
 
