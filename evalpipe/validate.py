@@ -98,9 +98,10 @@ def _close(a: float, b: float) -> bool:
 def _check_plan(q: Question, file: str, line: int) -> list[str]:
     from evalpipe.plans import execute_gold_plan
     from evalpipe.tools import BUILTIN_TOOLS, build_toolset
+    from evalpipe.tools.schema_only import schema_tool
 
     errors = []
-    tools = known_tools()
+    tools = known_tools() | {schema_tool(t).name for t in q.tools}  # and its own schema-only
     for i, step in enumerate(q.gold_calls or []):
         if step["name"] not in tools:
             suggestion = difflib.get_close_matches(step["name"], sorted(tools), n=1)

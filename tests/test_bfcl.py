@@ -104,6 +104,9 @@ def test_import_writes_question_files_that_load(tmp_path):
     assert summary == {"simple_python": {"questions": 1, "skipped": 0}}
     line = (tmp_path / "out" / "simple_python.jsonl").read_text().splitlines()
     assert json.loads(line[0])["id"] == "simple_python_9"
+    from evalpipe.validate import validate_file
+
+    assert validate_file(tmp_path / "out" / "simple_python.jsonl") == []  # its own tools count
 
 
 @pytest.mark.parametrize("files, message", [
