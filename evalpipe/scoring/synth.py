@@ -18,14 +18,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from evalpipe.questions import Question
+from evalpipe.tools.builtin import TOOLSETS
 
-TOOLSET_TOOLS = {
-    "none": [],
-    "calculator": ["add", "subtract", "multiply", "divide"],
-    "math": ["add", "subtract", "multiply", "divide", "power", "sqrt", "fib"],
-    "search": ["search_site"],
-    "full": ["add", "subtract", "multiply", "divide", "power", "sqrt", "fib", "search_site"],
-}
+# The toolsets of tools/builtin.py, plus two shorthands for a cell with retrieval
+# mode "tool" (the runner adds search_site to the cell's toolset).
+TOOLSET_TOOLS = {**TOOLSETS, "search": [*TOOLSETS["none"], "search_site"],
+                 "full": [*TOOLSETS["math"], "search_site"]}
 
 
 def call(name: str, arguments: Any, result: Any = None, *, error: str | None = None,
