@@ -64,16 +64,8 @@ def mean_interval(values: Sequence[float], method: str = "t", seed: int = 0,
     if method == "t":
         half = _t975(n - 1) * float(arr.std(ddof=1)) / math.sqrt(n)
         lo, hi = mean - half, mean + half
-    elif method == "bootstrap":
-        rng = np.random.default_rng(seed)
-        chunk = max(1, min(resamples, 4_000_000 // n))
-        means = []
-        done = 0
-        while done < resamples:
-            size = min(chunk, resamples - done)
-            means.append(arr[rng.integers(0, n, size=(size, n))].mean(axis=1))
-            done += size
-        lo, hi = (float(x) for x in np.percentile(np.concatenate(means), [2.5, 97.5]))
+    elif method == "bootstrap":  # each value its own cluster: the plain bootstrap
+        lo, hi = cluster_bootstrap(arr, np.ones(n), resamples, seed) or (mean, mean)
     else:
         raise ValueError(f"unknown interval method {method!r}; expected 't' or 'bootstrap'")
     return {"rate": mean, "n": n, "lo": max(bounds[0], lo), "hi": min(bounds[1], hi)}
