@@ -31,7 +31,7 @@ for _p in (ROOT, HERE):  # evalpipe from this checkout; rag_questions.py beside 
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from rag_questions import ABSTAIN, RAG  # the hand-written site_rag table, beside this file
+from rag_questions import ABSTAIN, MORE_GOLD, RAG  # the hand-written site_rag table
 
 from evalpipe.corpus import load_corpus
 from evalpipe.plans import execute_gold_plan
@@ -179,7 +179,7 @@ ARITH_TEMPLATES: dict[tuple[str, str, str], list[str]] = {
     ],
     ("power", "plain", "vi"): ["{a} mũ {b} bằng bao nhiêu?", "Lũy thừa bậc {b} của {a} là bao nhiêu?"],
     ("power", "plain", "en"): ["What is {a} to the power of {b}?",
-                               "What is {a} raised to the {b}th power?"],
+                               "What is {a} raised to the {b_th} power?"],
     ("power", "symbolic", "vi"): ["Tính {a}^{b}.", "{a}^{b} = ?"],
     ("power", "symbolic", "en"): ["Compute {a}^{b}.", "{a} ** {b} = ?"],
     ("sqrt", "plain", "vi"): ["Căn bậc hai của {a} là bao nhiêu?", "Tính căn bậc hai của {a}."],
@@ -192,6 +192,15 @@ ARITH_TEMPLATES: dict[tuple[str, str, str], list[str]] = {
 ARITH_COUNTS = {"multiply": 36, "add": 32, "subtract": 32, "divide": 30, "power": 15, "sqrt": 15}
 DIFFICULTIES = ["easy", "medium", "hard", "medium", "hard"]
 DIVISORS = [8, 16, 25, 40, 50, 80, 125, 250, 400, 625, 2, 4, 5, 20]
+
+
+def ordinal(number: str) -> str:
+    """'3' -> '3rd', '11' -> '11th', '22' -> '22nd' (English ordinal suffixes)."""
+    if not number.isdigit():
+        return number
+    n = int(number)
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return number + suffix
 
 
 def _digits(rng: random.Random, n: int) -> int:
@@ -304,8 +313,8 @@ def arithmetic(rng: random.Random) -> list[dict]:
             b_text = fmt(vals[1], lang, grouped=grouped, paren=True) if len(vals) > 1 else ""
             templates = ARITH_TEMPLATES[(op, style, lang)]
             used[(op, style, lang)] += 1
-            question = templates[used[(op, style, lang)] % len(templates)].format(a=a_text,
-                                                                                 b=b_text)
+            question = templates[used[(op, style, lang)] % len(templates)].format(
+                a=a_text, b=b_text, b_th=ordinal(b_text))
             if any(v < 0 for v in vals) or answer < 0:
                 tags.append("negative")
             if any(isinstance(v, float) for v in vals) or isinstance(answer, float):
@@ -582,38 +591,38 @@ CONTROL = [
     ("en", "Say hello in French.", "Bonjour", ["Salut"], ["chat", "translation"]),
     ("en", "How do you say 'thank you' in Spanish?", "Gracias", [], ["chat", "translation"]),
     ("en", "Translate the word 'cat' into Vietnamese.", "mèo", ["con mèo"], ["translation"]),
-    ("en", "Say 'good morning' in Vietnamese.", "Chào buổi sáng", ["chào buổi sáng"],
+    ("en", "Say 'good morning' in Vietnamese.", "Chào buổi sáng", ["buổi sáng tốt lành"],
      ["chat", "translation"]),
     ("en", "What colour do you get by mixing blue and yellow?", "green", [],
      ["general_knowledge"]),
     ("en", "How many days are there in a week?", 7, [], ["general_knowledge"]),
     ("en", "How many hours are there in a day?", 24, [], ["general_knowledge"]),
     ("en", "What is the chemical symbol for gold?", "Au", [], ["general_knowledge"]),
-    ("en", "Which planet is known as the Red Planet?", "Mars", [], ["general_knowledge"]),
-    ("en", "What is the opposite of 'hot'?", "cold", [], ["chat"]),
+    ("en", "Which planet is known as the Red Planet?", "Mars", ["Sao Hỏa"], ["general_knowledge"]),
+    ("en", "What is the opposite of 'hot'?", "cold", ["chilly"], ["chat"]),
     ("en", "How many legs does a spider have?", 8, [], ["general_knowledge"]),
     ("en", "What is the largest ocean on Earth?", "Pacific", ["Pacific Ocean"],
      ["general_knowledge"]),
     ("en", "Who wrote the play 'Romeo and Juliet'?", "Shakespeare", ["William Shakespeare"],
      ["general_knowledge"]),
-    ("en", "What language is mainly spoken in Brazil?", "Portuguese", [], ["general_knowledge"]),
+    ("en", "What language is mainly spoken in Brazil?", "Portuguese", ["Português"], ["general_knowledge"]),
     ("en", "At how many degrees Celsius does water freeze at sea level?", 0, [],
      ["general_knowledge"]),
     ("en", "Reply with the single word 'yes'.", "yes", [], ["chat", "instruction"]),
     ("en", "How many minutes are there in an hour?", 60, [], ["general_knowledge"]),
     ("vi", "Thủ đô của Việt Nam là thành phố nào?", "Hà Nội", ["Ha Noi", "Hanoi"],
      ["general_knowledge"]),
-    ("vi", "Thủ đô của Nhật Bản là gì?", "Tokyo", ["Tô-ky-ô", "Tô-ki-ô"], ["general_knowledge"]),
+    ("vi", "Thủ đô của Nhật Bản là gì?", "Tokyo", ["Tô-ky-ô", "Tô-ki-ô", "Đông Kinh"], ["general_knowledge"]),
     ("vi", "Thủ đô của Pháp là gì?", "Paris", ["Pa-ri"], ["general_knowledge"]),
-    ("vi", "Thủ đô của Thái Lan là gì?", "Bangkok", ["Băng Cốc"], ["general_knowledge"]),
+    ("vi", "Thủ đô của Thái Lan là gì?", "Bangkok", ["Băng Cốc", "Krung Thep"], ["general_knowledge"]),
     ("vi", "Một tuần có mấy ngày?", 7, [], ["general_knowledge"]),
     ("vi", "Một năm có bao nhiêu tháng?", 12, [], ["general_knowledge"]),
     ("vi", "Nước đóng băng ở bao nhiêu độ C (ở áp suất thường)?", 0, [], ["general_knowledge"]),
-    ("vi", "Hãy chào bằng tiếng Anh.", "Hello", ["Hi"], ["chat", "translation"]),
+    ("vi", "Hãy chào bằng tiếng Anh.", "Hello", ["Hi", "Hey"], ["chat", "translation"]),
     ("vi", "Nói 'cảm ơn' bằng tiếng Anh như thế nào?", "Thank you", ["Thanks"],
      ["chat", "translation"]),
     ("vi", "Con mèo trong tiếng Anh là gì?", "cat", [], ["translation"]),
-    ("vi", "Nói 'xin chào' bằng tiếng Nhật.", "Konnichiwa", ["こんにちは"],
+    ("vi", "Nói 'xin chào' bằng tiếng Nhật.", "Konnichiwa", ["こんにちは", "Konichiwa", "Kon'nichiwa"],
      ["chat", "translation"]),
     ("vi", "Ai là tác giả của Truyện Kiều?", "Nguyễn Du", ["Nguyen Du"], ["general_knowledge"]),
     ("vi", "Hành tinh nào gần Mặt Trời nhất?", "Sao Thủy", ["Sao Thuỷ", "Thủy Tinh", "Mercury"],
@@ -621,7 +630,7 @@ CONTROL = [
     ("vi", "Con nhện có mấy chân?", 8, [], ["general_knowledge"]),
     ("vi", "Đại dương lớn nhất thế giới là đại dương nào?", "Thái Bình Dương",
      ["Thai Binh Duong", "Pacific"], ["general_knowledge"]),
-    ("vi", "Từ trái nghĩa với 'nóng' là gì?", "lạnh", [], ["chat"]),
+    ("vi", "Từ trái nghĩa với 'nóng' là gì?", "lạnh", ["rét"], ["chat"]),
     ("vi", "Một giờ có bao nhiêu phút?", 60, [], ["general_knowledge"]),
     ("vi", "Thành phố Đà Nẵng nằm ở miền nào của Việt Nam?", "miền Trung",
      ["Trung Bộ", "miền trung"], ["general_knowledge"]),
@@ -663,6 +672,8 @@ def site_rag() -> list[dict]:
         text = docs[doc]
         if isinstance(quotes, str):
             quotes = [quotes]
+        n += 1
+        quotes = [*quotes, *MORE_GOLD.get(f"rag-{n:03d}", [])]
         spans = []
         for quote in quotes:
             other = None
@@ -684,7 +695,6 @@ def site_rag() -> list[dict]:
         if lang != doc_lang:
             tags.append("cross_lingual")
         tags += opts.get("tags", [])
-        n += 1
         out.append(record(
             id=f"rag-{n:03d}", suite="site_rag", question=question, answer=answer,
             answer_type=atype, aliases=opts.get("aliases", []), lang=lang,
@@ -714,7 +724,12 @@ def pick_sample(records: list[dict], suite: str, rng: random.Random) -> list[dic
             pool = [r for r in answerable if r["lang"] == lang and tag in r["tags"]
                     and r not in chosen]
             chosen.append(rng.choice(pool))
-        return sorted(chosen, key=lambda r: r["id"])
+        # The default job takes the first `limit` questions of each file: alternate answerable
+        # and abstain questions so that any cut of two or more reaches both.
+        answer_first = sorted(chosen[2:], key=lambda r: r["id"])
+        abstain_first = sorted(chosen[:2], key=lambda r: r["id"])
+        mixed = [r for pair in zip(answer_first, abstain_first) for r in pair]
+        return mixed + answer_first[len(abstain_first):]
     if suite == "arithmetic":
         key = {r["id"]: next(t for t in r["tags"] if t.startswith("op:")) for r in records}
         pool = [r for r in records if key[r["id"]] in ("op:add", "op:subtract", "op:multiply",

@@ -308,8 +308,8 @@ RAG = [
      "cảnh báo (page)?"), 61, "2024-10-21", "| Pages in total | 61 |"),
     ("en", "What was the median time to acknowledge a page, in minutes?", 4, "2024-10-21",
      "| Median time to acknowledge | 4 min |"),
-    ("en", "How many people are in the primary on-call rotation?", "five", "2024-10-21",
-     "The rotation has five people:", {"aliases": ["5", "năm người"]}),
+    ("en", "How many people are in the primary on-call rotation?", 5, "2024-10-21",
+     "The rotation has five people:", {"aliases": ["five", "năm người"]}),
 
     # 2024-10-30 ong-gac upgrade (vi)
     ("vi", "Máy giám sát ong-gac được nâng cấp vào ngày nào?", "16 tháng 10 năm 2024",
@@ -509,8 +509,9 @@ RAG = [
     ("en", "What is the application deadline for the 2025 internship?", "10 May 2025",
      "2025-04-15", "thuctap@toonglab.vn trước ngày 10 tháng 5 năm 2025",
      {"aliases": ["10/5/2025", "10 tháng 5 năm 2025"]}),
-    ("en", "How many people work at Tổ Ong Lab now?", "ten", "2025-04-15",
-     "Tổ Ong Lab hiện có mười người.", {"aliases": ["10", "mười"], "tags": ["changed_fact"]}),
+    # a head-count is a number: as text with "10" as an alias, any reply holding a 10 passed
+    ("en", "How many people work at Tổ Ong Lab now?", 10, "2025-04-15",
+     "Tổ Ong Lab hiện có mười người.", {"aliases": ["mười", "ten"], "tags": ["changed_fact"]}),
     ("vi", "Kỹ sư backend mới nhất, Trương Quang Vinh, gia nhập vào ngày nào?",
      "3 tháng 2 năm 2025", "2025-04-15",
      "Người mới nhất là Trương Quang Vinh, kỹ sư backend, gia nhập từ ngày 3 tháng 2 năm 2025.",
@@ -545,3 +546,38 @@ ABSTAIN = [
     ("en", "How many bookings did HiveBook handle in March 2025?", "not_stated"),
     ("vi", "Hệ thống lưu điện (UPS) ở văn phòng là của hãng nào?", "not_stated"),
 ]
+
+
+# Passages elsewhere in the corpus that restate a question's answer fact (found with
+# `evalpipe validate`'s gold-completeness warnings): retrieving one of them is a hit.
+# question id -> ["doc-prefix::quote", ...]; generate.py adds them to the gold passages.
+MORE_GOLD = {
+    "rag-014": ["2025-03-20::Bo mạch chủ dùng chip Ryzen 9 5950X không hỗ trợ quá 128 GB RAM"],
+    "rag-015": ["2024-11-28::| 10.20.0.0/24 | MX-DN1 servers (Mây Xanh VLAN) |"],
+    "rag-021": ["2024-02-26::vì sao chúng mình chọn nginx"],
+    "rag-027": ["2024-05-22::| Meilisearch (port 7700) |"],
+    "rag-031": ["2024-06-20::| Slot query p95 (end to end) | 38 ms | 24 ms |"],
+    "rag-037": ["2025-01-06::lần ổ đĩa ong-chua đầy ngày 27 tháng 4 (47 phút không đặt lịch được)"],
+    "rag-050": ["2024-10-30::Prometheus vẫn giữ số liệu 45 ngày."],
+    "rag-056": ["2025-03-20::| shared_buffers | 16 GB | 32 GB |"],
+    "rag-063": ["2025-04-15::Duy thực hiện buổi diễn tập khôi phục dữ liệu chỉ sau ba tuần."],
+    "rag-071": ["2024-11-28::About 760 km from Đà Nẵng, 18 ms round trip."],
+    "rag-073": ["2025-03-20::Playbook promote-replica.yml, vốn viết cho tình huống khẩn cấp"],
+    "rag-087": ["2024-09-02::## Welcome Mai Linh Chi, QA engineer",
+                "2024-09-02::| Mai Linh Chi | QA engineer | 14 Oct 2024 |"],
+    "rag-088": ["2025-01-06::nâng cấp PostgreSQL 16 ngày 7 tháng 9 (23 phút không ghi được)"],
+    "rag-090": ["2024-09-10::**pg_upgrade với tuỳ chọn --link.** Không sao chép dữ liệu",
+                "2024-09-10::23:06: chạy pg_upgrade --link."],
+    "rag-096": ["2024-10-08::| Thời gian trung bình pipeline chính | 14 phút 10 giây | 4 phút 20 giây |"],
+    "rag-097": ["2025-04-02::| ong-tho-ci | CI runner | Ubuntu 24.04 LTS | Intel Core i7-12700, 12 cores"],
+    "rag-101": ["2025-01-27::phụ cấp gấp đôi mức 2.000.000 đồng mỗi tuần"],
+    "rag-104": ["2025-03-05::Five people in our rotation can do that today."],
+    "rag-105": ["2024-10-30::cách nâng cấp nó ngày 16 tháng 10 năm 2024"],
+    "rag-109": ["2024-11-05::201.000 tin ZNS với giá 300 đồng"],
+    "rag-122": ["2024-12-02::| Dung lượng tải về (Android) | 38 MB | 21 MB |"],
+    "rag-137": ["2025-04-02::| cua-to | reverse proxy (Caddy 2.8.4) |"],
+    "rag-144": ["2025-03-20::| Độ trễ p95 với 2.000 người dùng ảo | 210 ms | 120 ms |"],
+    "rag-150": ["2025-04-15::một migration cơ sở dữ liệu khoá bảng lịch hẹn trong 11 phút"],
+    "rag-153": ["2025-02-24::640 lượt đặt lịch thất bại, nhưng phần lớn khách đã thử lại thành công"],
+    "rag-175": ["2025-04-15::| Phụ cấp mỗi tháng | 6.000.000 đồng | 7.000.000 đồng |"],
+}

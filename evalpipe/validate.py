@@ -200,7 +200,8 @@ _STOP_WORDS = frozenset({
 _STATEMENT = re.compile(r"\n|(?<=[.!?])\s")
 _UNIT = re.compile(r"\s*([^\W\d_]+|%)")
 MIN_SHARED_WORDS = 2  # rare question words a statement must share to state the fact
-COMMON_SHARE = 0.1  # a word in more than this share of chunks is not rare
+COMMON_SHARE = 0.1  # a word in more than this share of chunks is not rare...
+MIN_COMMON = 20  # ...nor in more than this many (a small corpus has no common words)
 
 
 def _unit_after_answer(text: str, q: Question) -> str | None:
@@ -239,7 +240,7 @@ def gold_warnings(path: str | Path, corpus_root: str = "datasets/site",
     for c in chunks:
         for w in set(text_key(c.text).split()):
             frequency[w] = frequency.get(w, 0) + 1
-    limit = COMMON_SHARE * len(chunks)
+    limit = max(COMMON_SHARE * len(chunks), MIN_COMMON)
     out = []
     for q in questions:
         if not q.gold_passages or q.answer_type == "abstain":

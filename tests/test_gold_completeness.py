@@ -1,0 +1,103 @@
+"""Gold that says what a correct answer may be: the completeness lint, the bundled sets it
+checks, and the default job's sample."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from evalpipe.cli import main as cli
+from evalpipe.questions import load_questions
+from evalpipe.validate import gold_warnings
+
+REPO = Path(__file__).resolve().parents[1]
+OLD = ("# 2024 hosts\n\n- lang: en\n\n| host | role | notes |\n|---|---|---|\n"
+       "| cua-to | reverse proxy | nginx 1.24 |\n")
+NEW = ("# 2025 hosts\n\n- lang: en\n\nAfter the migration, the host table changed.\n\n"
+       "| host | role | notes |\n|---|---|---|\n| cua-to | reverse proxy (Caddy 2.8.4) | 4 vCPU |\n")
+MIGRATION = ("# Moving to Caddy\n\n- lang: en\n\nAs of 15 January 2025, cua-to runs Caddy 2.8.4 "
+             "as its reverse proxy.\n")
+
+
+def corpus(tmp_path: Path) -> Path:
+    root = tmp_path / "site"
+    root.mkdir()
+    for name, text in (("old.md", OLD), ("new.md", NEW), ("migration.md", MIGRATION)):
+        (root / name).write_text(text, encoding="utf-8")
+    return root
+
+
+def question_file(tmp_path: Path, spans: list[tuple[str, str]]) -> Path:
+    texts = {"old.md": OLD, "new.md": NEW, "migration.md": MIGRATION}
+    gold = [{"doc": d, "start": texts[d].index(q), "end": texts[d].index(q) + len(q)}
+            for d, q in spans]
+    record = {"id": "r1", "suite": "site_rag", "lang": "en", "answer": "Caddy",
+              "question": "Which reverse proxy software runs on cua-to today?",
+              "answer_type": "text", "gold_calls": [], "gold_passages": gold}
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_chunk_restating_the_answer_outside_the_gold_is_named_with_doc_start_end(tmp_path):
+    site = corpus(tmp_path)
+    path = question_file(tmp_path, [("migration.md", "cua-to runs Caddy 2.8.4")])
+    warnings = gold_warnings(path, str(site))
+    assert len(warnings) == 1
+    assert f"{path}:1: gold_passages: r1:" in warnings[0]
+    assert f"new.md:0-{len(NEW.rstrip())}" in warnings[0]  # the whole post is one chunk
+    assert "old.md" not in warnings[0]  # nginx's table does not state Caddy
+
+
+def test_completing_the_gold_silences_the_lint(tmp_path):
+    site = corpus(tmp_path)
+    path = question_file(tmp_path, [("migration.md", "cua-to runs Caddy 2.8.4"),
+                                    ("new.md", "| cua-to | reverse proxy (Caddy 2.8.4) |")])
+    assert gold_warnings(path, str(site)) == []
+
+
+def test_validate_prints_warnings_and_still_passes(tmp_path):
+    site = corpus(tmp_path)
+    path = question_file(tmp_path, [("migration.md", "cua-to runs Caddy 2.8.4")])
+    result = CliRunner().invoke(cli, ["validate", str(path), "--corpus", str(site)])
+    assert result.exit_code == 0, result.output
+    assert "warning:" in result.output and "new.md:" in result.output
+    assert "1 gold-completeness warning(s)" in result.output
+
+
+# The warnings left on the bundled set, each explained in datasets/README.md.
+EXPLAINED = {"rag-013", "rag-021", "rag-028", "rag-063", "rag-090", "rag-095", "rag-137",
+             "rag-148"}
+
+
+def test_bundled_rag_set_warns_only_where_datasets_readme_explains_why():
+    warnings = gold_warnings(REPO / "datasets/site_rag.jsonl", str(REPO / "datasets/site"))
+    flagged = {w.split(": ")[2].rstrip(":") for w in warnings}
+    assert flagged == EXPLAINED
+    readme = (REPO / "datasets/README.md").read_text(encoding="utf-8")
+    assert all(qid in readme for qid in EXPLAINED)
+
+
+def test_head_counts_are_numbers_so_a_stray_ten_does_not_pass():
+    by_id = {q.id: q for q in load_questions(str(REPO / "datasets/site_rag.jsonl"))}
+    for qid in ("rag-104", "rag-177"):
+        assert by_id[qid].answer_type == "number"
+        assert "10" not in by_id[qid].aliases and "5" not in by_id[qid].aliases
+
+
+def test_power_questions_use_english_ordinals():
+    text = (REPO / "datasets/arithmetic.jsonl").read_text(encoding="utf-8")
+    for wrong in ("1th", "2th", "3th"):
+        assert f" {wrong} " not in text
+
+
+def test_the_default_jobs_cut_of_the_rag_sample_reaches_abstain_questions():
+    import yaml
+
+    limit = yaml.safe_load((REPO / "configs/default.yaml").read_text())["limit"]
+    sample = load_questions(str(REPO / "datasets/sample/site_rag.jsonl"))[:limit]
+    kinds = {q.answer_type for q in sample}
+    assert "abstain" in kinds and kinds & {"number", "text"}
+    assert {q.lang for q in sample if q.answer_type == "abstain"} == {"vi", "en"}
