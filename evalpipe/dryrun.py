@@ -89,7 +89,7 @@ class _CacheOnly(GenerationSession):
 
 
 def _manifests(out_root: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Finished runs under `out_root`, newest first."""
+    """Runs under `out_root` (finished or not), newest first."""
     found = []
     for path in out_root.glob("*/manifest.json"):
         if path.parent.is_symlink():
@@ -98,9 +98,9 @@ def _manifests(out_root: Path) -> list[tuple[Path, dict[str, Any]]]:
             manifest = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if manifest.get("finished"):
+        if isinstance(manifest, dict) and manifest.get("started"):
             found.append((path.parent, manifest))
-    return sorted(found, key=lambda pm: pm[1].get("finished", ""), reverse=True)
+    return sorted(found, key=lambda pm: pm[1]["started"], reverse=True)
 
 
 def _cells_of(manifest: dict[str, Any], model: dict[str, Any]) -> list[dict[str, Any]]:
@@ -119,7 +119,8 @@ def last_run_rate(runs: list[tuple[Path, dict[str, Any]]], model: dict[str, Any]
     here = machine()
     for path, manifest in runs:
         cells = manifest.get("cells") or {}
-        if not cells or len(_cells_of(manifest, model)) != len(cells) \
+        if not manifest.get("finished") or not cells \
+                or len(_cells_of(manifest, model)) != len(cells) \
                 or manifest.get("machine") != here or manifest.get("resumed"):
             continue
         generated = 0
@@ -189,6 +190,7 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
                        "estimate_s": rate["seconds_per_sample"] * to_generate if rate else None})
     return {"config": config.source, "cells": plan_cells, "questions": len(questions),
             "repeats": len(seeds), "samples": sum(c["samples"] for c in plan_cells),
+            "probe": min(config.latency_probe, len(questions)) * len(plan_cells),
             "to_generate": sum(m["to_generate"] for m in models), "models": models}
 
 
@@ -217,6 +219,9 @@ def render_plan(plan: dict[str, Any]) -> str:
     out.append("Prompt tokens are counted with the model's tokenizer on the rendered prompts: "
                "every first turn, and later turns where the cache holds the replies before "
                "them (\"prompt tokens seen\").")
+    if plan["probe"]:
+        out.append(f"latency probe: {plan['probe']} more samples, each run alone after its "
+                   "cell (never cached; not in the estimate below)")
     for m in plan["models"]:
         if m["note"]:
             out.append(f"{m['model']}: {m['note']}")

@@ -87,3 +87,28 @@ def test_a_missing_block_gives_no_prompt_rather_than_a_wrong_one():
     del texts[ids[1]]
     assert turn_prompt(turn, texts) is None
     assert turn_prompt({}, texts) is None  # a run from before prompts were stored
+
+
+def test_html_browser_carries_each_prompt_block_once(tmp_path):
+    import re
+
+    from report_fixtures import make_run_a
+
+    from evalpipe.report.build import build_report
+    from evalpipe.report.html import render_html
+    from evalpipe.report.load import load_run
+
+    run = load_run(make_run_a(tmp_path / "run-a"))
+    writer = BlockWriter()
+    shared = "<|system|>\nYou are a calculator </script> & friend.\n"
+    for i, sample in enumerate(run.samples[:3]):
+        turn = sample["turns"][0]
+        turn["prompt_blocks"] = writer.add(shared + f"<|user|>\nquestion {i}\n")
+        sample["prompt_text"] = writer.claim([turn])
+    page = render_html(run, build_report(run))
+    blocks = json.loads(re.search(r'id="prompt-data">(.*?)</script>', page, re.S).group(1)
+                        .replace("\\u003c", "<"))
+    assert list(blocks.values()).count(shared) == 1  # three prompts, one copy
+    assert "<|user|>\nquestion 2\n" in blocks.values()
+    assert "</script> &" not in page  # the model's text cannot close the block
+    assert "What the model saw and said" in page

@@ -10,6 +10,7 @@ from typing import Any
 
 from evalpipe.report.load import RunData, baseline_cells, cell_facets, model_parameters
 from evalpipe.report.tables import CATEGORY_ORDER
+from evalpipe.scoring.cost import probe_summary
 from evalpipe.scoring.stats import wilson
 
 # (key in group["rates"], label, is a proportion); recall@k is a mean of per-question recalls
@@ -22,9 +23,17 @@ MAIN_METRICS = [
 ]
 ALL_RATES = ["exact", "exact_strict", "exact_lenient", "format_valid", "format_valid_strict",
              "call_valid", "plan_exact", "recall@k", "hit@k", "mrr", "ndcg"]
-COST_FIELDS = [("prompt_tokens", "prompt tokens"), ("completion_tokens", "completion tokens"),
-               ("turns", "turns"), ("ttft_ms", "TTFT ms"), ("wall_ms", "wall ms")]
-RATIO_FIELDS = ["prompt_tokens", "completion_tokens", "ttft_ms", "wall_ms"]
+# Consumption (batching-independent), then latency as one user sees it (the latency probe,
+# probe_*), then latency inside the running batch ("under load"); docs/reports.md.
+COST_FIELDS = [("prompt_tokens", "prompt tokens"), ("prefix_tokens", "of which shared prefix"),
+               ("completion_tokens", "completion tokens"), ("turns", "turns"),
+               ("prefill_compute_ms", "prefill compute ms"),
+               ("probe_ttft_ms", "time to first token ms (unbatched)"),
+               ("probe_decode_tps", "decode tokens/s (unbatched)"),
+               ("ttft_ms", "time to first token ms (under load)"),
+               ("wall_ms", "wall ms (under load)")]
+RATIO_FIELDS = ["prompt_tokens", "completion_tokens", "prefill_compute_ms", "probe_ttft_ms",
+                "ttft_ms", "wall_ms"]
 
 
 def metric_label(key: str, k: int) -> str:
@@ -100,19 +109,26 @@ def build_report(run: RunData) -> dict[str, Any]:
         categories.append({"cell_id": c, "n": n, "counts": counts, "shares": shares,
                            "subtypes": g.get("subtypes", {}), "flags": g.get("flags", {})})
 
+    probe = probe_summary(run.probe)
+
+    def cost_fields(cell: str | None) -> dict[str, Any]:
+        gc = (groups.get((cell, "all")) or {}).get("cost", {})
+        pc = probe.get(cell) or {}
+        return {f: pc.get(f[len("probe_"):]) if f.startswith("probe_") else gc.get(f)
+                for f, _ in COST_FIELDS}
+
     cost = []
     for c in cells:
         g = groups.get((c, "all"))
         if g is None:
             continue
-        gc = g.get("cost", {})
+        fields = cost_fields(c)
         row = {"cell_id": c, "baseline": bases.get(c), "n": g.get("n"),
-               "fields": {f: gc.get(f) for f, _ in COST_FIELDS},
-               "ratios": {}}
-        base = groups.get((bases.get(c), "all")) if bases.get(c) else None
+               "probe_n": (probe.get(c) or {}).get("n", 0), "fields": fields, "ratios": {}}
+        base = cost_fields(bases.get(c)) if bases.get(c) else {}
         for f in RATIO_FIELDS:
-            mine = (gc.get(f) or {}).get("mean")
-            theirs = ((base or {}).get("cost", {}).get(f) or {}).get("mean")
+            mine = (fields.get(f) or {}).get("mean")
+            theirs = (base.get(f) or {}).get("mean")
             row["ratios"][f] = (mine / theirs) if (mine is not None and theirs) else None
         cost.append(row)
 

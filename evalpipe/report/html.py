@@ -14,8 +14,9 @@ from typing import Any
 
 from evalpipe.report.build import MAIN_METRICS, metric_label
 from evalpipe.report.load import RunData
-from evalpipe.report.render import accuracy_grid, audit_grid, category_grid, cost_grid, \
-    repeats_grid
+from evalpipe.prompts import block_texts
+from evalpipe.report.render import COST_NOTE, accuracy_grid, audit_grid, category_grid, \
+    cost_grid, repeats_grid
 from evalpipe.scoring.retrieval_metrics import covers
 
 PAGE_SIZE = 200
@@ -55,7 +56,8 @@ def sample_view(scored: dict[str, Any], sample: dict[str, Any] | None, question)
                         retrieved.append(r)
         turns.append({k: t.get(k) for k in ("index", "raw", "parse_errors", "finish_reason",
                                               "prompt_tokens", "completion_tokens",
-                                              "prefill_ms", "decode_ms", "repaired")}
+                                              "prefill_ms", "decode_ms", "repaired",
+                                              "prompt_blocks")}
                      | {"tool_events": [{k: e.get(k) for k in ("name", "arguments", "result",
                                                               "error", "error_message")}
                                         for e in events]})
@@ -65,6 +67,7 @@ def sample_view(scored: dict[str, Any], sample: dict[str, Any] | None, question)
         "subtype": scored.get("subtype"), "flags": scored.get("flags") or [],
         "exact": bool(scored.get("exact")), "infra": bool(scored.get("infra")),
         "extracted": scored.get("extracted"), "plan_exact": scored.get("plan_exact"),
+        "why": scored.get("why"), "extraction": scored.get("extraction"),
         "format_valid": scored.get("format_valid"), "retrieval": scored.get("retrieval"),
         "cost": scored.get("cost"),
         "question": getattr(question, "question", None),
@@ -129,6 +132,9 @@ pre{white-space:pre-wrap;word-break:break-word;margin:4px 0;font-size:12px}
 JS = r"""
 (function(){
 const DATA = JSON.parse(document.getElementById('sample-data').textContent);
+const BLOCKS = JSON.parse(document.getElementById('prompt-data').textContent);
+const promptOf = t => (t.prompt_blocks && t.prompt_blocks.length &&
+  t.prompt_blocks.every(b => b in BLOCKS)) ? t.prompt_blocks.map(b => BLOCKS[b]).join('') : null;
 DATA.forEach((s, i) => { s.i = i; });
 const PAGE = %PAGE%;
 let limit = PAGE;
@@ -173,6 +179,14 @@ function transcript(s){
   if (s.aliases.length) row('aliases', s.aliases.join(' | '));
   row('final answer', s.final_answer); row('extracted', s.extracted);
   row('category', s.category + (s.subtype ? ' / ' + s.subtype : ''));
+  if (s.why) {  // why the ladder decided so: the rung, its reason, the facts it read
+    row('why', 'rung ' + s.why.rung + ': ' + s.why.reason +
+        (s.extraction ? ' (answer read by: ' + s.extraction + ')' : ''));
+    if (s.why.plan) row('plan steps', s.why.plan);
+    row('ladder facts', Object.entries(s.why.facts || {})
+        .filter(([, v]) => v !== null && v !== false).map(([k, v]) => v === true ? k
+        : k + '=' + v).join(', '));
+  }
   if (s.flags.length) row('flags', s.flags.join(', '));
   row('stop reason', s.stop_reason);
   if (s.error) row('error', s.error);
@@ -206,6 +220,18 @@ function transcript(s){
         e.name + ' ' + str(e.arguments) + ' → ' +
         (e.error ? e.error + ': ' + str(e.error_message) : str(e.result))));
       box.appendChild(d);
+    }
+  }
+  if (s.turns.some(t => promptOf(t) !== null)) {
+    box.appendChild(el('h4', {}, 'What the model saw and said, turn by turn'));
+    for (const t of s.turns) {
+      const p = promptOf(t);
+      const det = el('details', {class: 'msg'}, el('summary', {}, 'turn ' + t.index +
+        ' prompt (' + (p === null ? 'not stored' : p.length + ' characters') + ')'),
+        el('pre', {}, p === null ? '' : p));
+      box.appendChild(det);
+      box.appendChild(el('div', {class: 'msg assistant'}, el('div', {class: 'role'},
+        'turn ' + t.index + ' reply'), el('pre', {}, str(t.raw))));
     }
   }
   if (s.retrieved.length) {
@@ -297,6 +323,10 @@ def render_html(run: RunData, data: dict[str, Any], plots: dict[str, bytes] | No
     kept = scored if max_samples is None else scored[:max_samples]
     views = [sample_view(sc, by_key.get(key(sc)),
                          run.questions.get(sc["question_id"])) for sc in kept]
+    # The exact prompts: each block's text once, joined per turn by the browser.
+    texts = block_texts(run.samples)
+    used = {b for v in views for t in v["turns"] for b in t.get("prompt_blocks") or ()}
+    prompt_blocks = {b: texts[b] for b in used if b in texts}
     left_out = (f'<p class="bad">The browser holds the first {len(kept)} of {len(scored)} '
                 "samples (--max-samples); the tables cover all of them.</p>"
                 if len(kept) < len(scored) else "")
@@ -317,7 +347,7 @@ Scorer version {html.escape(str(data.get('scorer_version')))}.</p>
 {''.join(parts)}</section>
 <section id="categories"><h2>Failure categories</h2>{cat_html}</section>
 <section id="cost"><h2>Cost per sample (means)</h2>
-<p>x columns: ratio to the cell of the same model without tools and retrieval.</p>
+<p>{html.escape(COST_NOTE)}</p>
 {cost_html}</section>
 {f'<section id="noise"><h2>Noise</h2>{noise_html}</section>' if noise_html else ''}
 <section id="plots"><h2>Plots</h2>{plot_html}</section>
@@ -335,6 +365,7 @@ Scorer version {html.escape(str(data.get('scorer_version')))}.</p>
 <button id="more" type="button">Show more</button>
 </section></main>
 <script type="application/json" id="sample-data">{_json_script(views)}</script>
+<script type="application/json" id="prompt-data">{_json_script(prompt_blocks)}</script>
 <script>{JS.replace("%PAGE%", str(PAGE_SIZE))}</script>
 </body></html>
 """

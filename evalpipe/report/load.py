@@ -13,7 +13,6 @@ from evalpipe.store import RunStore
 
 # Parameter counts of the registered aliases, used when a run's manifest does not
 # record the backend's own count (runs written before it did).
-KNOWN_PARAMETERS = {"smollm2-135m": 134_515_008, "gemma-3-270m": 268_098_176}
 
 
 @dataclass
@@ -27,6 +26,7 @@ class RunData:
     scores: dict[str, Any]
     rescored: bool = False  # scores computed here because scores.json was missing
     audit: dict[str, Any] | None = None  # audit.json, written by `evalpipe audit`
+    probe: list[dict[str, Any]] = field(default_factory=list)  # probe.jsonl (latency probe)
     _by_key: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict,
                                                                  repr=False)
 
@@ -84,7 +84,8 @@ def load_run(path: str | Path) -> RunData:
             raise InputError(f"scores.json has no '{key}'", file=str(store.path / "scores.json"),
                              expected="the output of `evalpipe score`")
     audit = store.read_json("audit.json") if (store.path / "audit.json").is_file() else None
-    return RunData(store.path, manifest, questions, samples, scores, rescored, audit)
+    probe = list(store.iter_samples(store.path / "probe.jsonl"))
+    return RunData(store.path, manifest, questions, samples, scores, rescored, audit, probe)
 
 
 def score_in_memory(manifest: dict[str, Any], questions: dict[str, Question],
@@ -130,12 +131,6 @@ def cell_facets(run: RunData, cell_id: str) -> dict[str, Any]:
     return facets
 
 
-def is_baseline(facets: dict[str, Any]) -> bool:
-    """No tools and no retrieval: the plain model."""
-    return facets.get("toolset") in ("none", None) and facets.get("retrieval_mode") in (
-        "none", None)
-
-
 def baseline_cells(run: RunData) -> dict[str, str | None]:
     """cell id -> the cell of the same model without tools and retrieval (or None)."""
     facets = {c: cell_facets(run, c) for c in run.cells()}
@@ -164,8 +159,10 @@ def model_parameters(run: RunData, cell_id: str) -> tuple[float | None, str]:
         if isinstance(c, dict) and isinstance(c.get("parameters"), (int, float)):
             return float(c["parameters"]), "backend"
     model_id = cell_facets(run, cell_id)["model"] or ""
-    if model_id in KNOWN_PARAMETERS:
-        return float(KNOWN_PARAMETERS[model_id]), "alias"
+    from evalpipe.backends.models import ALIASES  # model facts live with the aliases
+
+    if model_id in ALIASES:
+        return float(ALIASES[model_id].parameters), "alias"
     m = _SIZE.search(Path(str(model_id)).name)
     if m:
         scale = 1e6 if m.group(2).lower() == "m" else 1e9

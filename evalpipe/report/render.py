@@ -78,6 +78,16 @@ def category_grid(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+COST_NOTE = (
+    "Tokens, turns and prefill compute do not depend on batching (prefill compute: the "
+    "sample's share of each batched prefill, split by the tokens each row brought). "
+    "\"Unbatched\": the latency probe re-ran a few samples of the cell one at a time with "
+    "nothing else in flight (`latency_probe` in the config), what one user would wait. "
+    "\"Under load\": measured inside the running batch, so it includes waiting for other "
+    "rows. `x` columns: this cell's mean divided by the mean of its baseline, the cell of "
+    "the same model without tools and without retrieval.")
+
+
 def cost_grid(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["cell", *[label for _, label in COST_FIELDS], "baseline",
               *[f"x {dict(COST_FIELDS)[f]}" for f in RATIO_FIELDS]]
@@ -161,8 +171,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     out.append(markdown_table(header, [[_md_escape(c) for c in r] for r in rows]))
     header, rows = cost_grid(data)
     out.append("## Cost per sample (suite all, means)\n")
-    out.append("`x` columns: this cell's mean divided by the mean of its baseline, the cell "
-               "of the same model without tools and without retrieval.\n")
+    out.append(COST_NOTE + "\n")
     out.append(markdown_table(header, [[_md_escape(c) for c in r] for r in rows]))
     if any(r["repeats"] > 1 for r in data.get("repeats") or []):
         header, rows = repeats_grid(data)
