@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -48,6 +49,10 @@ from evalpipe.backends import prefix_attention
 
 GROW = 64  # spare columns added whenever a layer buffer has to grow
 MIN_PREFIX = 16  # shorter common prefixes are not worth a stored cache
+# The batch cap: rows until a decode step reaches this share of the tokens/s that
+# unlimited rows would give (from the measured step time a + c * rows), at least
+# MIN_CAP; measured only when more than MEASURE_ABOVE rows could run at once.
+PEAK_SHARE, MIN_CAP, MEASURE_ABOVE = 0.95, 16, 64
 
 
 @dataclass
@@ -289,6 +294,9 @@ class BatchGenerator:
         # the free memory (0 turns it off).
         self.turn_memory_fraction = 0.25
         self.last_prefix_ms = 0.0  # compute time of the last prefix prefilled (0 if stored)
+        self.step_cost: tuple[float, float] | None = None  # decode step: (a s, c s/row)
+        self.cap_note = ""  # how the last measured batch cap was chosen (for the run's log)
+        self.log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)
 
     # -- sizes -------------------------------------------------------------------------------
     @property
@@ -312,6 +320,50 @@ class BatchGenerator:
                                             + self.heads * context) + 4 * self.vocab
         budget = available_memory(self.device) * self.memory_fraction
         return int(max(1, min(cap, budget // max(per_row, 1))))
+
+    def measure_step(self, context: int, rows: tuple[int, int] = (8, 64)) -> tuple[float, float]:
+        """Seconds of one decode step as `a + c * rows` (a: reading the weights, c: one
+        row's compute), timed on rows of `context` cached tokens; measured once."""
+        if self.step_cost is None:
+            times = []
+            for b in rows:
+                layers = self._empty_layers(b, context + 1)
+                for layer in layers:
+                    layer.length = context
+                    layer._view()
+                ids = torch.full((b, 1), self.pad_id, dtype=torch.long, device=self.device)
+                mask = torch.ones((b, context + 1), dtype=torch.long, device=self.device)
+                pos = torch.full((b, 1), context, dtype=torch.long, device=self.device)
+                best = float("inf")
+                for _ in range(3):  # the fastest of three: the least disturbed by other work
+                    for layer in layers:
+                        layer.length = context
+                        layer._view()
+                    t0 = time.perf_counter()
+                    self._forward(layers, ids, mask, pos)
+                    best = min(best, time.perf_counter() - t0)
+                times.append(best)
+            c = max((times[1] - times[0]) / (rows[1] - rows[0]), 1e-9)
+            self.step_cost = (max(times[0] - c * rows[0], 0.0), c)
+        return self.step_cost
+
+    def rate_cap(self, bound: int, longest_prompt: int, max_new: int) -> int:
+        """The batch cap: rows at which a decode step gives PEAK_SHARE of the tokens/s
+        more rows could, within `bound` and the rows the memory holds."""
+        memory_rows = self.pick_batch_size(1 << 30, longest_prompt, max_new)
+        a, c = self.measure_step(min(longest_prompt, 256) + max_new // 2)
+        # rows / (a + c rows) >= share / c  <=>  rows >= share / (1 - share) * a / c
+        wanted = max(MIN_CAP, round(PEAK_SHARE / (1 - PEAK_SHARE) * a / c))
+        cap = max(1, min(bound, memory_rows, wanted))
+        limit = ("the configured batch_size" if cap == bound else
+                 "the key/value memory" if cap == memory_rows else "the step rate")
+        self.cap_note = (
+            f"batch cap {cap} rows ({limit}): decode step {a * 1000:.0f} ms + {c * 1000:.2f} "
+            f"ms/row measured, {PEAK_SHARE:.0%} of the peak {1 / c:.0f} tokens/s at {wanted} "
+            f"rows; memory holds {memory_rows} rows "
+            f"({self.kv_bytes_per_token() * (longest_prompt + max_new) / 2**20:.1f} MiB of "
+            f"cache each); batch_size allows {bound}")
+        return cap
 
     # -- model calls -------------------------------------------------------------------------
     def _forward(self, layers, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
@@ -515,6 +567,7 @@ class DecodeSession:
         self.eos = gen.eos.to(gen.device)
         budget = int(available_memory(gen.device) * gen.turn_memory_fraction)
         self.turns = TurnStore(budget) if prefix_reuse and budget > 0 else None
+        self.cap: int | None = None  # chosen from the measured step rate, once rows allow
 
     @property
     def pending(self) -> int:
@@ -664,7 +717,13 @@ class DecodeSession:
         new_state = None
         if self.waiting:
             self.waiting.sort(key=lambda r: len(r.prompt))  # similar lengths prefill together
-            cap = gen.pick_batch_size(self.batch_size, len(self.waiting[-1].prompt), self.max_new)
+            longest = len(self.waiting[-1].prompt)
+            cap = gen.pick_batch_size(self.batch_size, longest, self.max_new)
+            if self.cap is None and cap > MEASURE_ABOVE and len(self.waiting) + n_alive > \
+                    MEASURE_ABOVE:  # fewer rows than that: the memory bound alone decides
+                self.cap = gen.rate_cap(self.batch_size, longest, self.max_new)
+                gen.log(gen.cap_note)
+            cap = min(cap, self.cap or MEASURE_ABOVE)
             free = cap - n_alive
             if free >= max(1, cap // 4) or n_alive == 0:
                 batch, self.waiting = self.waiting[:free], self.waiting[free:]

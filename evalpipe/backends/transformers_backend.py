@@ -198,8 +198,10 @@ class TransformersBackend(Backend):
         # Similar lengths batch together, so little compute goes to padding.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[Generation | None] = [None] * len(prompts)
-        for lo in range(0, len(order), settings.batch_size):
-            idx = order[lo: lo + settings.batch_size]
+        longest = len(self.tokenizer(prompts[order[-1]], add_special_tokens=False)["input_ids"])
+        size = self.batcher.pick_batch_size(settings.batch_size, longest, settings.max_new_tokens)
+        for lo in range(0, len(order), size):  # as many rows as the memory holds
+            idx = order[lo: lo + size]
             for i, gen in zip(idx, self._generate_batch([prompts[i] for i in idx], settings)):
                 out[i] = gen
             if progress is not None:
