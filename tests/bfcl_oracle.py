@@ -22,7 +22,6 @@ from typing import Any
 
 from evalpipe.bfcl import BfclData
 from evalpipe.bfcl.convert import convert_item
-from evalpipe.plans import ANY, is_form, is_optional
 from evalpipe.records import ToolCall
 from evalpipe.scoring.plan import Executed, match_plan
 from evalpipe.tools.registry import Toolset
@@ -158,7 +157,8 @@ def perturbations(ground_truth: list[dict], functions: list[dict]
         (name, args), = call.items()
         optional = next(((k, v) for k, v in args.items() if "" in v and len(v) > 1), None)
         if optional:
-            yield "optional_given", _set(gold, (i, optional[0]), _concrete(first_value(optional[1])))
+            value = _concrete(first_value(optional[1]))
+            yield "optional_given", _set(gold, (i, optional[0]), value)
             break
     where = _first(gold, lambda k, v: isinstance(v, str) and v.strip() and v.swapcase() != v)
     if where:

@@ -24,7 +24,7 @@ from evalpipe.errors import InputError
 from evalpipe.formats import get_format
 from evalpipe.questions import parse_question
 from evalpipe.records import ToolCall
-from evalpipe.scoring.plan import Executed, argument_matches, match_plan
+from evalpipe.scoring.plan import argument_matches
 from evalpipe.scoring.score import score_sample
 from evalpipe.tools import build_toolset
 from evalpipe.tools.registry import Toolset

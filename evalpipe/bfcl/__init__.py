@@ -11,11 +11,10 @@ import json
 import os
 from pathlib import Path
 
-from evalpipe.bfcl.convert import CATEGORIES, NO_CALL, convert_item
+from evalpipe.bfcl.convert import CATEGORIES, DEFAULT_CATEGORIES, NO_CALL, convert_item
 from evalpipe.bfcl.wheel import VERSION, BfclData
 from evalpipe.errors import InputError
 
-DEFAULT_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
 
 
 def convert_category(data: BfclData, category: str) -> tuple[list[dict], int]:

@@ -24,6 +24,7 @@ TYPES: dict[str, str | None] = {
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance",
               "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple",
               "live_irrelevance")
+DEFAULT_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
 NO_CALL = frozenset({"irrelevance", "live_irrelevance"})
 _DROP = frozenset({"optional"})
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from evalpipe.bfcl.convert import DEFAULT_CATEGORIES
 from evalpipe.cli.common import handle_errors
 
 
@@ -13,8 +14,8 @@ def import_group():
 
 
 @import_group.command(name="bfcl")
-@click.option("--categories", default="simple_python,multiple,parallel,parallel_multiple,irrelevance",
-              show_default=True, help="Comma-separated BFCL categories.")
+@click.option("--categories", default=",".join(DEFAULT_CATEGORIES), show_default=True,
+              help="Comma-separated BFCL categories (docs/bfcl.md lists them).")
 @click.option("--out", default="datasets/bfcl", show_default=True,
               type=click.Path(file_okay=False), help="Folder for one question file per category.")
 @click.option("--wheel", type=click.Path(dir_okay=False),
