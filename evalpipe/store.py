@@ -217,4 +217,8 @@ class RunStore:
 
 
 def new_run_id(name: str, config_hash: str) -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{name}-{config_hash[:6]}"
+    """Date, time to the millisecond (two runs of one config a second apart must not
+    share a folder), name, config hash; ids sort in the order the runs started."""
+    now = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + f"{int(now * 1000) % 1000:03d}"
+    return f"{stamp}-{name}-{config_hash[:6]}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -90,13 +89,11 @@ def test_strict_success_implies_lenient_success(prefix, suffix):
             assert not lenient.repaired
 
 
-PWNED = Path("/tmp/evalpipe_pwned_by_parser")
-
-
-def test_payloads_are_data_not_code(tmp_path):
-    if PWNED.exists():
-        PWNED.unlink()
-    payload = f"__import__('os').system('touch {PWNED}')"
+def test_payloads_are_data_not_code(tmp_path, monkeypatch):
+    pwned = tmp_path / "pwned_by_parser"
+    ran: list[str] = []  # any command a parser ran; os.system would also touch the file
+    monkeypatch.setattr(os, "system", lambda cmd: ran.append(cmd) or 0)
+    payload = f"__import__('os').system('touch {pwned}')"
     replies = [
         f'<tool_call>{{"name": "add", "arguments": {{"a": "{payload}"}}}}</tool_call>',
         f"<tool_call>{{'name': 'add', 'arguments': {{'a': {payload}}}}}</tool_call>",
@@ -118,8 +115,7 @@ def test_payloads_are_data_not_code(tmp_path):
                 check(result)
                 for call in result.calls:  # whatever came back is plain data
                     assert _plain(call.arguments)
-    assert not PWNED.exists()
-    assert os.system is not None
+    assert ran == [] and not pwned.exists()
 
 
 def _plain(value) -> bool:

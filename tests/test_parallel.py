@@ -195,15 +195,7 @@ def test_parts_append_repair_and_done_tokens(tmp_path):
     assert wait_for_parts(tmp_path, 1, timeout=0.1, token="this-launch") == []
 
 
-# -- two processes through the runner (active once runner.py uses evalpipe.parallel) ----------
-
-def _runner_is_parallel() -> bool:
-    from pathlib import Path
-
-    import evalpipe.runner
-
-    return "parallel." in Path(evalpipe.runner.__file__).read_text(encoding="utf-8")
-
+# -- two processes through the runner ---------------------------------------------------------
 
 RUN_CODE = """
 import json, sys
@@ -250,8 +242,6 @@ def echo_server():
     server.server_close()
 
 
-@pytest.mark.skipif(not _runner_is_parallel(), reason="runner.py does not use evalpipe.parallel "
-                    "yet (integration pending)")
 def test_two_ranks_write_the_same_run_as_one_process(tmp_path, echo_server):
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps({

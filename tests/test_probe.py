@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import yaml
 from conftest import write_jsonl
@@ -17,7 +16,7 @@ from evalpipe.probe import probe_questions
 
 def evalpipe(*args, env):
     return subprocess.run([sys.executable, "-m", "evalpipe", *args], capture_output=True,
-                          text=True, env=env)
+                          text=True, env=env, check=False)
 
 
 def _lines(path):
@@ -72,7 +71,6 @@ def test_probe_samples_are_timed_alone_and_not_mixed_into_accuracy(tmp_path, tin
     assert "time to first token ms (unbatched)" in md and "(under load)" in md
 
     # A second run is served from the cache, but the probe still generates (and times).
-    time.sleep(1.1)
     again = evalpipe("run", "--config", str(path), "--out", str(out), env=env)
     assert again.returncode == 0, again.stderr
     (second,) = [p for p in out.iterdir() if p.name not in ("latest", run_dir.name)]

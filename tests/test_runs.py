@@ -111,7 +111,6 @@ def test_rerun_is_served_from_the_cache_and_identical(tmp_path, tiny_model_dir, 
                      env=isolated_env)
     assert first.returncode == 0, first.stderr
     assert "0 replies reused" in first.stdout
-    time.sleep(1.1)  # run ids carry the second
     second = evalpipe("run", "--config", str(config), "--out", str(tmp_path / "o"),
                       env=isolated_env)
     assert second.returncode == 0, second.stderr

@@ -52,3 +52,15 @@ def test_json_files_are_replaced_whole(tmp_path):
     store.write_json("scores.json", {"a": 1})
     assert json.loads((tmp_path / "scores.json").read_text()) == {"a": 1}
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_run_ids_differ_below_one_second_and_sort_by_start(monkeypatch):
+    import time as _time
+
+    from evalpipe.store import new_run_id
+
+    clock = iter([1_700_000_000.001, 1_700_000_000.002, 1_700_000_000.5])
+    monkeypatch.setattr(_time, "time", lambda: next(clock))
+    ids = [new_run_id("default", "abcdef123") for _ in range(3)]
+    assert len(set(ids)) == 3 and ids == sorted(ids)
+    assert all(i.endswith("-default-abcdef") for i in ids)
