@@ -14,6 +14,7 @@ generate. Without such a run there is no estimate, and the plan says so.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from collections.abc import Hashable
@@ -174,7 +175,8 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
                     tally["first"] = {}
                     rep = dataclasses.replace(runtime, generation=dataclasses.replace(
                         runtime.generation, seed=seed))
-                    engine = Engine(lambda b, g: _CacheOnly(b, g, cache, model_key, tally))
+                    engine = Engine(functools.partial(_CacheOnly, cache=cache,
+                                                      model_key=model_key, tally=tally))
                     for ended in engine.run(rep, questions, "plan", window=len(questions)):
                         tally["cached"] += sum(s.error != NOT_CACHED for s in ended)
                     row["first_turn_tokens"] = (row["first_turn_tokens"] or 0) + sum(
@@ -200,8 +202,8 @@ def _num(x: Any) -> str:
 
 def render_plan(plan: dict[str, Any]) -> str:
     rep = f" x {plan['repeats']} repeats" if plan["repeats"] > 1 else ""
-    out = [f"plan for {plan['config']}: {len(plan['cells'])} cells x {plan['questions']} "
-           f"questions{rep} = {plan['samples']} samples; no model loaded", ""]
+    out = [(f"plan for {plan['config']}: {len(plan['cells'])} cells x {plan['questions']} "
+            f"questions{rep} = {plan['samples']} samples; no model loaded"), ""]
     header = ["cell", "samples", "cached", "to generate", "first-turn prompt tokens",
               "per sample", "prompt tokens seen"]
     rows = []

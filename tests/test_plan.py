@@ -21,7 +21,7 @@ from evalpipe.tools import build_toolset
 
 def evalpipe(*args, env):
     return subprocess.run([sys.executable, "-m", "evalpipe", *args], capture_output=True,
-                          text=True, env=env)
+                          text=True, env=env, check=False)
 
 
 @pytest.fixture

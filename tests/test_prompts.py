@@ -106,7 +106,7 @@ def test_html_browser_carries_each_prompt_block_once(tmp_path):
         turn["prompt_blocks"] = writer.add(shared + f"<|user|>\nquestion {i}\n")
         sample["prompt_text"] = writer.claim([turn])
     page = render_html(run, build_report(run))
-    blocks = json.loads(re.search(r'id="prompt-data">(.*?)</script>', page, re.S).group(1)
+    blocks = json.loads(re.search(r'id="prompt-data">(.*?)</script>', page, re.DOTALL).group(1)
                         .replace("\\u003c", "<"))
     assert list(blocks.values()).count(shared) == 1  # three prompts, one copy
     assert "<|user|>\nquestion 2\n" in blocks.values()

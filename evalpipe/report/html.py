@@ -12,11 +12,17 @@ import html
 import json
 from typing import Any
 
+from evalpipe.prompts import block_texts
 from evalpipe.report.build import MAIN_METRICS, metric_label
 from evalpipe.report.load import RunData
-from evalpipe.prompts import block_texts
-from evalpipe.report.render import COST_NOTE, accuracy_grid, audit_grid, category_grid, \
-    cost_grid, repeats_grid
+from evalpipe.report.render import (
+    COST_NOTE,
+    accuracy_grid,
+    audit_grid,
+    category_grid,
+    cost_grid,
+    repeats_grid,
+)
 from evalpipe.scoring.retrieval_metrics import covers
 
 PAGE_SIZE = 200
