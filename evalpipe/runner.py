@@ -143,7 +143,8 @@ class _StopFlag:
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:
-            raise Interrupted(f"{signal.Signals(signum).name} again: stopped at once", signum)
+            raise Interrupted(f"{signal.Signals(signum).name} again: stopped at once; continue "
+                              "with --resume RUN_DIR", signum)
         self.signum = signum
         print(f"{signal.Signals(signum).name}: no new conversations; finishing those in flight "
               "(send it again to stop at once)", file=sys.stderr, flush=True)
@@ -209,11 +210,12 @@ class Run:
                 with _StopFlag() as stop:
                     self._generate(engine, stop)
                     if stop:
-                        raise Interrupted(f"{signal.Signals(stop.signum).name}: stopped",
-                                          stop.signum)
+                        raise Interrupted(f"{signal.Signals(stop.signum).name}: stopped; the "
+                                          "samples that finished are written: continue with "
+                                          f"--resume {self.store.path}", stop.signum)
                     self._finish(cache)  # a signal now lets the short finish complete
             except Interrupted as exc:
-                self._end("interrupted", f"{exc}; continue with --resume {self.store.path}")
+                self._end("interrupted", str(exc))
                 raise
             except BaseException as exc:
                 self._end("failed", f"{type(exc).__name__}: {exc}")

@@ -147,3 +147,42 @@ def test_bad_input_exits_2_and_names_the_place(tmp_path, isolated_env):
     assert "q.jsonl:1: field 'answer': missing required field" in result.stderr
     missing = evalpipe("run", "--config", str(tmp_path / "nope.yaml"), env=isolated_env)
     assert missing.returncode == 2 and "config file not found" in missing.stderr
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_the_run_cleanly_and_resume_finishes_it(tmp_path, tiny_model_dir,
+                                                              isolated_env, signum, code):
+    config = make_config(tmp_path, tiny_model_dir)
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "evalpipe", "run", "--config", str(config),
+                             "--out", str(out), "--no-cache"], env=isolated_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    samples = None
+    while time.time() < deadline and proc.poll() is None:
+        found = list(out.glob("*/samples.jsonl"))
+        if found and found[0].stat().st_size > 0:
+            samples = found[0]
+            break
+        time.sleep(0.02)
+    assert samples is not None, "the run wrote nothing before it ended"
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == code, stderr
+    run_dir = samples.parent
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    assert "--resume" in stderr
+    raw = samples.read_text()
+    assert raw.endswith("\n")  # flushed whole: no torn line
+    written = len(raw.splitlines())
+    assert 0 < written < 100
+    assert not (out / "latest").exists()  # an unfinished run is never "the latest"
+
+    resumed = evalpipe("run", "--resume", str(run_dir), "--no-cache", env=isolated_env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming: {written} samples already written" in resumed.stdout
+    ids = [s["question_id"] for s in samples_of(run_dir)]
+    assert len(ids) == len(set(ids)) == 100
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "finished"
+    assert (out / "latest").resolve() == run_dir.resolve()
