@@ -117,3 +117,7 @@ def test_turn_store_is_bounded_and_evicts_oldest_first():
     assert store.take(2) is not None and store.take(2) is None and store.bytes == 100
     store.put("huge", _Turn([1], 0, [], 1000))  # larger than the whole budget: not kept
     assert "huge" not in store.entries and store.bytes == 100
+    counted = TurnStore(budget_bytes=10_000, max_entries=2)
+    for key in range(3):
+        counted.put(key, _Turn([1], 0, [], 10))
+    assert list(counted.entries) == [1, 2]

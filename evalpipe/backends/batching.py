@@ -212,8 +212,8 @@ class TurnStore:
     the oldest entry is evicted first (a conversation that has ended is never asked
     for again, so it ages out)."""
 
-    def __init__(self, budget_bytes: int):
-        self.budget = budget_bytes
+    def __init__(self, budget_bytes: int, max_entries: int | None = None):
+        self.budget, self.max_entries = budget_bytes, max_entries
         self.entries: OrderedDict[Hashable, _Turn] = OrderedDict()
         self.bytes = 0
         self.hits = self.evicted = 0
@@ -224,7 +224,7 @@ class TurnStore:
             return
         self.entries[key] = turn
         self.bytes += turn.nbytes
-        while self.bytes > self.budget:
+        while self.bytes > self.budget or len(self.entries) > (self.max_entries or 1 << 62):
             _, old = self.entries.popitem(last=False)
             self.bytes -= old.nbytes
             self.evicted += 1
@@ -566,7 +566,10 @@ class DecodeSession:
         self.prefix_ms = 0.0  # the shared prefix's own prefill, not yet charged to any row
         self.eos = gen.eos.to(gen.device)
         budget = int(available_memory(gen.device) * gen.turn_memory_fraction)
-        self.turns = TurnStore(budget) if prefix_reuse and budget > 0 else None
+        # No more conversations than the engine keeps open at once (its window, 4 x the
+        # batch) can come back; older entries belong to conversations that have ended.
+        self.turns = TurnStore(budget, max(64, 4 * batch_size)) \
+            if prefix_reuse and budget > 0 else None
         self.cap: int | None = None  # chosen from the measured step rate, once rows allow
 
     @property
