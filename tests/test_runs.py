@@ -15,7 +15,8 @@ import pytest
 import yaml
 from conftest import write_jsonl
 
-TIMING = {"prefill_ms", "decode_ms", "wall_ms", "ms", "cached", "cost"}
+TIMING = {"prefill_ms", "decode_ms", "wall_ms", "ms", "cached", "cost",
+          "prompt_text"}  # which sample carries a prompt block depends on where a run resumed
 
 
 def strip_timings(value):
