@@ -60,6 +60,7 @@ def test_sample_view_marks_gold_chunks(report_file):
     assert [c["gold"] for c in v["retrieved"]] == [True, False]
     v = sample_view(scored[(TOOLS, "r2")], samples[(TOOLS, "r2")], run.questions["r2"])
     assert not any(c["gold"] for c in v["retrieved"])
+    assert v["why"]["reason"].startswith("no chunk shown covers a gold passage")
 
 
 def _browser():
@@ -129,6 +130,9 @@ def test_html_in_headless_browser(report_file):
             text = page.locator("#sample-body tr.detail .transcript").inner_text()
             assert "tool call" in text and '"b": 9' in text.replace("\n", " ")
             assert "wrong_plan / wrong_arguments" in text
+            # beside the transcript: the rung that decided and the facts it read
+            assert "the calls do not match the plan: wrong_arguments" in text
+            assert "ladder facts" in text and "plan_applicable" in text
 
             # injected markup stays text
             page.select_option("#f-cell", BASE)
