@@ -109,13 +109,14 @@ def score(run_dir: str | Path, *, k: int | None = None) -> dict[str, Any]:
 
 
 def compare(a: str | Path, b: str | Path, *, threshold: float = 0.02, strict: bool = False,
-            resamples: int = 2000, seed: int = 0) -> Comparison:
+            resamples: int = 2000, seed: int = 0, allow_partial: bool = False) -> Comparison:
     """Paired comparison of run B against baseline run A; `.regressions` lists what
     the regression gate would fail on."""
     from evalpipe.report.compare import compare_runs
     from evalpipe.report.load import load_run
 
-    return compare_runs(load_run(a), load_run(b), threshold=threshold, strict=strict,
+    return compare_runs(load_run(a, allow_partial), load_run(b, allow_partial),
+                        threshold=threshold, strict=strict,
                         resamples=resamples, seed=seed)
 
 

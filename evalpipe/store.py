@@ -216,6 +216,25 @@ class RunStore:
         return replaced + len(retries)
 
 
+STATUSES = ("running", "finished", "interrupted", "failed")
+
+
+def run_status(manifest: dict[str, Any]) -> str:
+    """running, finished, interrupted or failed. A manifest from before runs recorded
+    their status is read as finished: nothing else could be read back then."""
+    return str(manifest.get("status") or "finished")
+
+
+def require_finished(manifest: dict[str, Any], run_dir: Path, allow_partial: bool) -> None:
+    """Refuse a run that did not finish, unless the caller asked for partial runs."""
+    status = run_status(manifest)
+    if status != "finished" and not allow_partial:
+        why = f" ({manifest['error']})" if manifest.get("error") else ""
+        raise InputError(f"run is {status}, not finished{why}", file=str(run_dir / "manifest.json"),
+                         field="status", expected="a finished run, or --allow-partial to read "
+                         "the samples it has")
+
+
 def new_run_id(name: str, config_hash: str) -> str:
     """Date, time to the millisecond (two runs of one config a second apart must not
     share a folder), name, config hash; ids sort in the order the runs started."""

@@ -214,7 +214,7 @@ def test_cli_compare_exit_codes_and_formats(gate_runs, run_a, tmp_path):
     res = runner.invoke(main, ["compare", str(good), str(bad)])
     assert res.exit_code == 0 and "REGRESSION" in res.output
     res = runner.invoke(main, ["compare", str(good), str(bad), "--fail-on-regression"])
-    assert res.exit_code == 1 and "verdict: REGRESSION in 1 metric(s)" in res.output
+    assert res.exit_code == 3 and "verdict: REGRESSION in 1 metric(s)" in res.output
     res = runner.invoke(main, ["compare", str(good), str(good), "--fail-on-regression"])
     assert res.exit_code == 0 and "no significant regression" in res.output
     res = runner.invoke(main, ["compare", str(good), str(bad), "--format", "md"])

@@ -7,10 +7,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ScriptedBackend, last_user, write_jsonl
+from helpers import ScriptedBackend, last_user, write_jsonl
 
 import evalpipe.runner as runner
 import evalpipe.store as store_module
@@ -174,3 +175,24 @@ def test_a_stopped_retry_keeps_what_it_re_ran(tmp_path):
     assert store.fold_retries() == 1
     assert [s["stop_reason"] for s in store.read_samples()] == ["answered", "again", "answered"]
     assert not store.retry_path.exists()
+
+
+def test_report_and_compare_refuse_an_unfinished_run_unless_asked(tmp_path, backend):
+    from click.testing import CliRunner
+
+    from evalpipe.cli import main
+
+    good = runner.execute_run(config(tmp_path), tmp_path / "o", use_cache=False)
+    partial = tmp_path / "partial"
+    shutil.copytree(good, partial)
+    data = manifest(partial)
+    data.update(status="interrupted", error="SIGTERM: stopped")
+    (partial / "manifest.json").write_text(json.dumps(data))
+    cli = CliRunner()
+    res = cli.invoke(main, ["report", str(partial)])
+    assert res.exit_code == 2
+    assert "run is interrupted, not finished" in res.output and "--allow-partial" in res.output
+    assert cli.invoke(main, ["report", str(partial), "--allow-partial"]).exit_code == 0
+    assert cli.invoke(main, ["compare", str(good), str(partial)]).exit_code == 2
+    assert cli.invoke(main, ["compare", str(good), str(partial), "--allow-partial"]).exit_code == 0
+    assert cli.invoke(main, ["report", str(good)]).exit_code == 0

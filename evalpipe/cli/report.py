@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from evalpipe.cli.common import handle_errors, write_output
+from evalpipe.errors import RegressionFound
 from evalpipe.report import REPORT_FORMATS as FORMATS
 
 
@@ -23,8 +22,10 @@ from evalpipe.report import REPORT_FORMATS as FORMATS
 @click.option("--max-samples", type=click.IntRange(min=0), default=20_000, show_default=True,
               help="html: at most this many samples (with transcripts) in the sample browser; "
                    "0 for all.")
+@click.option("--allow-partial", is_flag=True,
+              help="Read a run that did not finish (running, interrupted or failed).")
 @handle_errors
-def report(run_dir, fmt, out, plots_dir, standalone, max_samples):
+def report(run_dir, fmt, out, plots_dir, standalone, max_samples, allow_partial):
     """Tables (and plots) of a run: accuracy per cell x suite, failure categories, cost.
 
     Reads RUN_DIR/scores.json (computed in memory when missing) and never writes
@@ -33,7 +34,8 @@ def report(run_dir, fmt, out, plots_dir, standalone, max_samples):
     from evalpipe import api
 
     text = api.report(run_dir, fmt, plots_dir=plots_dir, standalone=standalone,
-                      max_samples=max_samples, warn=lambda line: click.echo(line, err=True))
+                      max_samples=max_samples, allow_partial=allow_partial,
+                      warn=lambda line: click.echo(line, err=True))
     write_output(text, out)
 
 
@@ -41,7 +43,7 @@ def report(run_dir, fmt, out, plots_dir, standalone, max_samples):
 @click.argument("run_a", type=click.Path(exists=True, file_okay=False))
 @click.argument("run_b", type=click.Path(exists=True, file_okay=False))
 @click.option("--fail-on-regression", is_flag=True,
-              help="Exit 1 when a metric of a matched cell (or the pooled row) regresses.")
+              help="Exit 3 when a metric of a matched cell (or the pooled row) regresses.")
 @click.option("--threshold", type=click.FloatRange(min=0.0, max=1.0), default=0.02,
               show_default=True,
               help="Smallest drop (as a fraction: 0.02 = 2 points) that counts as a regression; "
@@ -54,15 +56,18 @@ def report(run_dir, fmt, out, plots_dir, standalone, max_samples):
               help="Bootstrap resamples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--allow-partial", is_flag=True,
+              help="Read a run that did not finish (running, interrupted or failed).")
 @handle_errors
-def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples, seed, out):
+def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples, seed, out,
+            allow_partial):
     """Paired comparison of RUN_B against RUN_A (the baseline).
 
     Pairs samples by cell fingerprint and question id. Per metric: the
     difference B - A with a paired bootstrap 95% interval, McNemar's exact test
     for binary metrics, the questions that flipped, and category moves.
-    Exit codes: 0 ok, 1 regression with --fail-on-regression, 2 bad input or
-    refused with --strict.
+    Exit codes: 0 ok, 3 regression with --fail-on-regression, 2 bad input, an
+    unfinished run (without --allow-partial) or refused with --strict, 1 other.
     """
     import json
 
@@ -70,7 +75,7 @@ def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples,
     from evalpipe.report.compare import render_markdown, render_text
 
     cmp = api.compare(run_a, run_b, threshold=threshold, strict=strict, resamples=resamples,
-                      seed=seed)
+                      seed=seed, allow_partial=allow_partial)
     if fmt == "md":
         text = render_markdown(cmp)
     elif fmt == "json":
@@ -79,6 +84,5 @@ def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples,
         text = render_text(cmp)
     write_output(text, out)
     if fail_on_regression and cmp.regressions:
-        click.echo(f"regression gate: {len(cmp.regressions)} metric(s) regressed", err=True)
-        sys.exit(1)
+        raise RegressionFound(f"regression gate: {len(cmp.regressions)} metric(s) regressed")
 

@@ -18,8 +18,9 @@ from evalpipe.errors import InputError
               type=click.Path(file_okay=False), help="Folder that receives the run directory.")
 @click.option("--models", help="Comma-separated model ids, replacing the config's models.")
 @click.option("--suites", help="Comma-separated suites to keep (arithmetic, plan, ...).")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]),
-              help="Weights dtype for every local model (bfloat16 is faster on recent CPUs).")
+@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16"]),
+              help="Weights dtype for every local model (auto: float32; bfloat16 is fast only "
+                   "on CPUs with native bfloat16, see docs/speed.md).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override a config key, e.g. --set generation.batch_size=8 (repeatable).")
 @click.option("--resume", "resume_dir", type=click.Path(exists=True, file_okay=False),

@@ -16,7 +16,7 @@ def _quiet(_: str) -> None:
 
 def report(run_dir: str | Path, format: str = "md", *, plots_dir: str | Path | None = None,
            standalone: bool = False, max_samples: int | None = 20_000,
-           warn: Callable[[str], None] = _quiet) -> str:
+           allow_partial: bool = False, warn: Callable[[str], None] = _quiet) -> str:
     """A run's report as text in `format` (md, csv, latex, html, json); with
     `plots_dir`, the plots are also written there as PNG files. Never writes into
     the run directory."""
@@ -28,7 +28,7 @@ def report(run_dir: str | Path, format: str = "md", *, plots_dir: str | Path | N
     if format not in REPORT_FORMATS:
         raise InputError(f"unknown report format {format!r}", field="format",
                          expected=" | ".join(REPORT_FORMATS))
-    data_run = load_run(run_dir)
+    data_run = load_run(run_dir, allow_partial=allow_partial)
     data = build_report(data_run)
     if plots_dir:
         from evalpipe.report.plots import write_plots

@@ -9,7 +9,7 @@ from typing import Any
 
 from evalpipe.errors import InputError
 from evalpipe.questions import Question
-from evalpipe.store import RunStore
+from evalpipe.store import RunStore, require_finished, run_status
 
 # Parameter counts of the registered aliases, used when a run's manifest does not
 # record the backend's own count (runs written before it did).
@@ -64,17 +64,19 @@ class RunData:
         return max((len(v) for v in self.scored_by_question().values()), default=1)
 
 
-def load_run(path: str | Path) -> RunData:
-    """Manifest, questions, samples and scores of a run; scores are computed in
-    memory (not written) when scores.json is missing."""
+def load_run(path: str | Path, allow_partial: bool = False) -> RunData:
+    """Manifest, questions, samples and scores of a finished run (of any run with
+    `allow_partial`); scores are computed in memory (not written) when scores.json
+    is missing or the run did not finish (its scores.json would be stale)."""
     store = RunStore(path)
     if not store.path.is_dir():
         raise InputError("not a run directory", file=str(path))
     manifest = store.read_json("manifest.json")
+    require_finished(manifest, store.path, allow_partial)
     questions = store.questions() if (store.path / "questions.jsonl").is_file() else {}
     samples = store.read_samples()
     rescored = False
-    if (store.path / "scores.json").is_file():
+    if (store.path / "scores.json").is_file() and run_status(manifest) == "finished":
         scores = store.read_json("scores.json")
     else:
         scores = score_in_memory(manifest, questions, samples)
