@@ -21,11 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from machine import load_note  # bench/machine.py: CPU, flags, load
 
 from evalpipe.corpus import chunk_corpus, load_corpus
 from evalpipe.retrieval.bm25 import BM25Index
 from evalpipe.retrieval.tokenize import Tokenizer
-from machine import load_note  # bench/machine.py: CPU, flags, load
 
 ROOT = Path(__file__).resolve().parents[1]
 

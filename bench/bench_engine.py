@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from machine import load_note  # noqa: E402 - after the path set-up
+from machine import load_note
 
 MAX_TURNS = 5
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from machine import load_note  # noqa: E402 - bench/machine.py: CPU, flags, load
+from machine import load_note
 
 # Greedy on both sides: llama-cpp-python's server would otherwise add repeat_penalty 1.1.
 SERVER_SAMPLING = {"repeat_penalty": 1.0}

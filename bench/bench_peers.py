@@ -48,9 +48,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_engine import add_threads_option, use_threads  # noqa: E402
-from machine import cpu_line, load_now  # noqa: E402
-from workloads import build, run_engine, runtime  # noqa: E402
+from bench_engine import add_threads_option, use_threads
+from machine import cpu_line, load_now
+from workloads import build, run_engine, runtime
 
 TORCH = "torch==2.13.0"
 PEERS = {"lm-eval": ["lm-eval", "transformers"], "inspect": ["inspect-ai", "transformers"],
@@ -121,7 +121,7 @@ def venv(root: Path, peer: str, log) -> Path | str:
              [str(python), "-m", "pip", "install", "-q", TORCH],
              [str(python), "-m", "pip", "install", "-q", TORCH, *PEERS[peer]]]
     for cmd in steps:
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = subprocess.run(cmd, check=False, capture_output=True, text=True)
         if r.returncode:
             tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
             return f"install failed ({' '.join(cmd[-2:])}): {' | '.join(tail)}"
@@ -201,7 +201,8 @@ def run_child(python: Path, code: str, job: dict, timeout: float) -> dict:
         script, spec = Path(tmp) / "child.py", Path(tmp) / "job.json"
         script.write_text(code)
         spec.write_text(json.dumps(job))
-        r = subprocess.run([str(python), str(script), str(spec)], capture_output=True, text=True,
+        r = subprocess.run([str(python), str(script), str(spec)], check=False, capture_output=True,
+                           text=True,
                            timeout=timeout, env={**os.environ, **OFFLINE})
     if r.returncode:
         tail = r.stderr.strip().splitlines()[-3:]
@@ -287,7 +288,7 @@ def main(argv=None) -> int:
     add_threads_option(ap)
     args = ap.parse_args(argv)
     threads = use_threads(args.threads)
-    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    log = lambda line: print(line, file=sys.stderr, flush=True)
 
     from evalpipe.backends import load_backend
     from evalpipe.backends.models import converted_dir

@@ -18,10 +18,11 @@ import time
 import timeit
 from collections import Counter
 
+from machine import load_note  # bench/machine.py: CPU, flags, load
+
 from evalpipe.questions import Question
 from evalpipe.scoring import aggregate, score_sample
 from evalpipe.scoring.synth import call, chunk, make_sample
-from machine import load_note  # bench/machine.py: CPU, flags, load
 
 
 def _questions() -> list[Question]:

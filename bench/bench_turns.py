@@ -21,9 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_engine import add_threads_option, use_threads  # noqa: E402
-from machine import load_note  # noqa: E402
-from workloads import build, run_engine  # noqa: E402
+from bench_engine import add_threads_option, use_threads
+from machine import load_note
+from workloads import build, run_engine
 
 
 def main(argv=None) -> int:

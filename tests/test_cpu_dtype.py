@@ -35,7 +35,7 @@ def test_native_bf16_follows_the_flags(monkeypatch, text, native):
 
 def test_auto_is_float32_everywhere(monkeypatch):
     for native in (True, False):
-        monkeypatch.setattr(cpu, "native_bf16", lambda: native)
+        monkeypatch.setattr(cpu, "native_bf16", lambda native=native: native)
         assert cpu.resolve_dtype("auto") == ("float32", None)
 
 

@@ -54,7 +54,7 @@ def parse_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
 
 def _sysctl(name: str) -> str:
     try:
-        return subprocess.run(["sysctl", "-n", name], capture_output=True, text=True,
+        return subprocess.run(["sysctl", "-n", name], check=False, capture_output=True, text=True,
                               timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
