@@ -196,3 +196,28 @@ def test_report_and_compare_refuse_an_unfinished_run_unless_asked(tmp_path, back
     assert cli.invoke(main, ["compare", str(good), str(partial)]).exit_code == 2
     assert cli.invoke(main, ["compare", str(good), str(partial), "--allow-partial"]).exit_code == 0
     assert cli.invoke(main, ["report", str(good)]).exit_code == 0
+
+
+@pytest.mark.parametrize("env", [{"HF_HUB_OFFLINE": "1"},
+                                 {"HF_ENDPOINT": "http://127.0.0.1:9"}])  # nothing listens
+def test_an_unknown_model_offline_fails_in_one_line_without_retrying(monkeypatch, tmp_path, env):
+    import transformers
+
+    from evalpipe.backends import models
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty Hub cache
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(models, "_probe", [])
+
+    def never(*args, **kwargs):
+        raise AssertionError("transformers was asked to fetch from the Hub")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", never)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", never)
+    with pytest.raises(ModelUnavailableError) as err:
+        models.resolve_model("some-org/not-cached-model")
+    message = str(err.value)
+    assert "\n" not in message and "some-org/not-cached-model" in message
+    assert "HF_HUB_OFFLINE is set" in message or "not reachable" in message

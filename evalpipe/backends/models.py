@@ -131,7 +131,64 @@ def resolve_model(model_id: str) -> Path | str:
         return path
     if path.exists() or model_id.startswith((".", "/")):
         raise ModelUnavailableError(f"model path is not a folder or .gguf file: {model_id}")
+    return _hub_model(model_id)
+
+
+HUB_PROBE_S = 1.5  # how long the Hub may take to accept a connection before we call it offline
+
+
+def _hub_model(model_id: str) -> Path | str:
+    """A Hub id: its snapshot when the local Hugging Face cache has one; otherwise
+    the id itself, but only if the Hub can be reached. Offline, transformers would
+    retry for about 30 s before failing; we say so at once instead."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(model_id, local_files_only=True))
+    except Exception:  # not cached (or not a valid repo id): only the Hub can tell
+        pass
+    reason = hub_unreachable()
+    if reason:
+        raise ModelUnavailableError(
+            f"model '{model_id}' is not a known alias, a local folder, a .gguf file or a Hub "
+            f"model in the local cache, and {reason}; see `evalpipe models` for the aliases")
     return model_id
+
+
+_probe: list[str | None] = []  # one probe per process
+
+
+def hub_unreachable() -> str | None:
+    """Why the Hugging Face Hub cannot be reached (offline settings, no route to it
+    within HUB_PROBE_S), or None. DNS has no timeout of its own, so the probe runs
+    in a daemon thread that is given up on."""
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on"):
+            return f"{name} is set"
+    if _probe:
+        return _probe[0]
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https"
+                                                                 else 80)
+    result: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=HUB_PROBE_S).close()
+            result.append(None)
+        except OSError as exc:
+            result.append(f"the Hub ({host}) is not reachable: {exc.strerror or exc}")
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(HUB_PROBE_S)
+    _probe.append(result[0] if result else
+                  f"the Hub ({host}) is not reachable: no answer within {HUB_PROBE_S:g} s")
+    return _probe[0]
 
 
 def gguf_path(model_id: str) -> Path:
