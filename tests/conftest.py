@@ -1,68 +1,18 @@
-"""Shared test fixtures: scripted backends, tiny models built from a config,
-and the embedded default model (loaded once per session)."""
+"""Shared test fixtures: tiny models built from a config and the embedded
+default model (loaded once per session). Helpers live in tests/helpers.py."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from evalpipe.backends.base import Backend, GenerationSettings
-from evalpipe.records import Generation
-
-REPO = Path(__file__).resolve().parents[1]
-
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
-class ScriptedBackend(Backend):
-    """Replies chosen by a function of the rendered prompt: recorded model
-    behaviour without a model. The prompt is the plain chat rendering."""
-
-    def __init__(self, reply, model_id: str = "scripted"):
-        self.model_id = model_id
-        self.reply = reply
-        self.calls = 0
-
-    def describe(self):
-        return {"model_id": self.model_id, "backend": "scripted"}
-
-    def render(self, messages, tools):
-        return "\n".join(f"<{m['role']}>{m['content']}" for m in messages) + "\n<assistant>"
-
-    def generate(self, prompts, settings: GenerationSettings, progress=None):
-        self.calls += len(prompts)
-        out = []
-        for p in prompts:
-            text = self.reply(p)
-            if isinstance(text, Generation):
-                out.append(text)
-            else:
-                out.append(Generation(text, prompt_tokens=len(p) // 4,
-                                      completion_tokens=max(1, len(text) // 4),
-                                      prefill_ms=1.0, decode_ms=2.0))
-        return out
-
-
-def last_user(prompt: str) -> str:
-    """The question of a ScriptedBackend prompt."""
-    return prompt.split("<user>")[1].split("\n<")[0]
-
+# tests import these from helpers; the names stay here for older imports
+from helpers import CHATML, REPO, ScriptedBackend, last_user, write_jsonl  # noqa: F401
 
 @pytest.fixture
 def scripted():
     return ScriptedBackend
-
-
-def write_jsonl(path: Path, records) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
-                    encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="session")

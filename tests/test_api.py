@@ -13,7 +13,7 @@ import pytest
 import evalpipe
 from evalpipe.errors import InputError
 
-from conftest import write_jsonl
+from helpers import write_jsonl
 
 
 def test_importing_evalpipe_stays_cheap():

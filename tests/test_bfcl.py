@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 from bfcl_oracle import AST_CATEGORIES, agreement
 from click.testing import CliRunner
-from conftest import ScriptedBackend
+from helpers import ScriptedBackend
 
 from evalpipe.backends.base import GenerationSettings
 from evalpipe.bfcl import DEFAULT_CATEGORIES, BfclData, import_bfcl

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import ScriptedBackend
+from helpers import ScriptedBackend
 
 from evalpipe.backends.base import GenerationSettings
 from evalpipe.cache import GenerationCache

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from helpers import REPO
 from test_runs import strip_timings
 
 pytestmark = pytest.mark.slow

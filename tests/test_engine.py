@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import ClassVar
 
-from conftest import ScriptedBackend
+from helpers import ScriptedBackend
 
 from evalpipe.backends.base import GenerationSession, GenerationSettings
 from evalpipe.engine import CellRuntime, Engine

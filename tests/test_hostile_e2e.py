@@ -14,7 +14,7 @@ import json
 import os
 
 import pytest
-from conftest import ScriptedBackend
+from helpers import ScriptedBackend
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import write_jsonl
+from helpers import write_jsonl
 
 from evalpipe.cache import GenerationCache
 from evalpipe.config import load_config

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import yaml
-from conftest import write_jsonl
+from helpers import write_jsonl
 
 from evalpipe.probe import probe_questions
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import ScriptedBackend
+from helpers import ScriptedBackend
 
 from evalpipe.backends.base import GenerationSettings
 from evalpipe.engine import CellRuntime, Engine

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import write_jsonl
+from helpers import write_jsonl
 
 from evalpipe.config import load_config
 from evalpipe.runner import execute_run

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import write_jsonl
+from helpers import write_jsonl
 
 TIMING = {"prefill_ms", "decode_ms", "wall_ms", "ms", "cached", "cost",
           "prompt_text"}  # which sample carries a prompt block depends on where a run resumed

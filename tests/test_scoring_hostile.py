@@ -146,7 +146,7 @@ def test_aggregate_keeps_scorer_errors_out_of_rates():
 
 def test_evalpipe_score_on_a_hostile_run_exits_0_and_lists_what_it_could_not_score(tmp_path):
     from click.testing import CliRunner
-    from conftest import ScriptedBackend
+    from helpers import ScriptedBackend
 
     from evalpipe.backends.base import GenerationSettings
     from evalpipe.cli import main
