@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_engine import add_threads_option, use_threads
-from machine import load_note
+from machine import floor_share, load_note
 
 
 def main(argv=None) -> int:
@@ -44,6 +44,7 @@ def main(argv=None) -> int:
 
     use_threads(args.threads)
     timings = {"generate": 0.0, "load": 0.0, "calls": 0}
+    backends = []
     init = tb.TransformersBackend.__init__
 
     def timed(method):
@@ -60,6 +61,7 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         try:
             init(self, *a, **kw)
+            backends.append(self)
         finally:
             timings["load"] += time.perf_counter() - t
 
@@ -81,6 +83,10 @@ def main(argv=None) -> int:
           f"{timings['generate']:.1f} s")
     print(f"outside the model: {outside:.2f} s = {outside / job:.1%} of the job (target < 3%); "
           f"{(outside + timings['load']) / wall:.1%} counting the model load")
+    processed = sum(b.batcher.stats["prefilled_tokens"] + b.batcher.stats["decoded_tokens"]
+                    for b in backends)
+    if backends:  # tokens the model really computed (not served from a stored cache)
+        print(f"{floor_share(backends[0].model, processed, job)} (target >= 75%)")
     print(f"note: {load_note()}")
     return 0
 

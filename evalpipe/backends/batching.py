@@ -289,7 +289,7 @@ class BatchGenerator:
         # Rows attend to the shared prefix without a copy of it where the model allows.
         self.shared_attention = supported(model) and prefix_attention.install(model)
         self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_steps": 0,
-                      "turn_reused_tokens": 0}
+                      "decoded_tokens": 0, "turn_reused_tokens": 0}
         # Keep each conversation's cache between its turns, in at most this share of
         # the free memory (0 turns it off).
         self.turn_memory_fraction = 0.25
@@ -751,6 +751,7 @@ class DecodeSession:
                                                  device=gen.device)], dim=1)
         logits = gen._forward(state.layers, state.last[:, None], mask, state.pos[:, None], state)
         gen.stats["decode_steps"] += 1
+        gen.stats["decoded_tokens"] += len(alive)
         state.mask, state.pos = mask, state.pos + 1
         chosen = self._choose(logits, state.rows)
         state.last = chosen
