@@ -140,3 +140,16 @@ def test_overrides_and_yaml_errors(tmp_path):
     assert err.value.line is not None and err.value.exit_code == 2
     with pytest.raises(InputError, match="key=value"):
         load_config(path, sets=["nonsense"])
+
+
+def test_the_command_line_exits_2_on_a_misspelt_key_before_any_model_loads(tmp_path):
+    from click.testing import CliRunner
+
+    from evalpipe.cli import main
+
+    path = tmp_path / "typo.yaml"
+    path.write_text("questions: [q.jsonl]\nmodels:\n  - id: m\n    dtpye: bfloat16\n")
+    result = CliRunner().invoke(main, ["run", "--config", str(path), "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert f"{path}:4" in result.output and "did you mean dtype?" in result.output
+    assert list(tmp_path.iterdir()) == [path]  # nothing written
