@@ -121,3 +121,56 @@ def test_turn_store_is_bounded_and_evicts_oldest_first():
     for key in range(3):
         counted.put(key, _Turn([1], 0, [], 10))
     assert list(counted.entries) == [1, 2]
+
+
+@pytest.mark.slow
+def test_default_model_later_turns_equal_generate(default_backend):
+    """The embedded model on hermes prompts: a second turn carrying a forced calculator
+    call and its real result, prefilled on the first turn's kept cache, gives the greedy
+    reply `model.generate` gives on the whole prompt."""
+    from evalpipe.backends.base import GenerationSettings
+    from evalpipe.engine import DEFAULT_SYSTEM_PROMPT
+    from evalpipe.formats import get_format
+    from evalpipe.records import ToolCall
+    from evalpipe.tools import build_toolset
+
+    fmt, tools = get_format("hermes"), build_toolset("calculator")
+    b = default_backend
+    questions = [("What is 12 + 30?", ToolCall("add", {"a": 12, "b": 30}, id="c0")),
+                 ("What is 7 times 8?", ToolCall("multiply", {"a": 7, "b": 8}, id="c0"))]
+
+    def prompt(messages):
+        wire, template_tools = fmt.prepare(messages, tools.schemas(), b.template_supports_tools)
+        return b.render(wire, template_tools)
+
+    settings = GenerationSettings(max_new_tokens=24, batch_size=4)
+    before = (b.generation, b.prefix_reuse, b.batcher.stats["turn_reused_tokens"])
+    try:
+        b.generation, b.prefix_reuse = "loop", True
+        session = b.session(settings)
+        convs = {k: [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
+                     {"role": "user", "content": q}] for k, (q, _) in enumerate(questions)}
+        for k, messages in convs.items():
+            session.submit(k, prompt(messages))
+        second, asked = {}, {}
+        while session.pending:
+            for k, gen in session.poll():
+                if k in asked:
+                    second[k] = gen.text
+                    continue
+                call = questions[k][1]
+                (event,) = tools.execute([call])
+                convs[k] += [{"role": "assistant", "content": gen.text, "tool_calls": [
+                    {"id": call.id, "type": "function",
+                     "function": {"name": call.name, "arguments": call.arguments}}]},
+                    {"role": "tool", "tool_call_id": call.id, "name": call.name,
+                     "content": str(event.result)}]
+                asked[k] = prompt(convs[k])
+                session.submit(k, asked[k])
+        reused = b.batcher.stats["turn_reused_tokens"] - before[2]
+        b.generation = "hf"
+        single = {k: b.generate([p], settings)[0].text for k, p in asked.items()}
+    finally:
+        b.generation, b.prefix_reuse = before[:2]
+    assert second == single
+    assert reused > 0
