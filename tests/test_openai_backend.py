@@ -434,3 +434,21 @@ def test_a_run_through_the_runner_keeps_the_key_out_of_the_run_dir(stub, tmp_pat
     for path in [*run_dir.rglob("*"), *(tmp_path / "cache").rglob("*")]:
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_the_format_and_the_backend_send_one_wire_shape():
+    from evalpipe.formats.openai import OpenAIFormat
+
+    tool = {"name": "add", "description": "a + b", "parameters": {"type": "object"}}
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": None},
+                {"role": "assistant", "content": None, "reasoning": "hidden",
+                 "tool_calls": [{"function": {"name": "add", "arguments": {"a": 1}}}]},
+                {"role": "tool", "content": "1"}]
+    wire, tools = OpenAIFormat().prepare(messages, [tool], True)
+    body = json.loads(OpenAIBackend("m", "http://127.0.0.1:9/v1").render(wire, tools))
+    assert body["messages"] == wire and body["tools"] == tools
+    assert wire[1]["content"] == "" and "reasoning" not in wire[2]
+    assert wire[2]["tool_calls"] == [{"id": "call_0", "type": "function", "function": {
+        "name": "add", "arguments": '{"a": 1}'}}]
+    assert wire[3] == {"role": "tool", "content": "1", "tool_call_id": ""}
+    assert tools == [{"type": "function", "function": tool}]

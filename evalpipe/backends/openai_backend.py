@@ -31,14 +31,12 @@ from typing import Any
 
 from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings, run_dry
 from evalpipe.errors import InputError
+from evalpipe.formats.openai import decode_arguments, wire_messages, wire_tools
 from evalpipe.records import Generation, ToolCall
 
 MODES = ("chat", "text")
 STREAM_MODES = ("auto", "on", "off")
 RETRY_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
-MESSAGE_KEYS = {"system": ("role", "content"), "user": ("role", "content"),
-                "assistant": ("role", "content", "tool_calls"),
-                "tool": ("role", "content", "tool_call_id")}
 CONFIG_KEYS = {"id", "backend", "base_url", "api_key_env", "concurrency", "timeout_s",
                "max_retries", "mode", "model", "stream", "backoff_s", "max_backoff_s",
                "chat_template", "stop", "extra_body", "tool_choice"}
@@ -63,53 +61,6 @@ class _Reply:
     completion_tokens: int
     prefill_ms: float
     decode_ms: float
-
-
-def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Canonical transcript -> Chat Completions messages: only the keys the API
-    knows, tool-call arguments as JSON strings, assistant text never null."""
-    out = []
-    for m in messages:
-        role = m.get("role", "user")
-        msg = {k: m[k] for k in MESSAGE_KEYS.get(role, ("role", "content")) if k in m}
-        msg["content"] = msg.get("content") or ""
-        if role == "assistant" and msg.get("tool_calls"):
-            calls = []
-            for i, call in enumerate(msg["tool_calls"]):
-                fn = call.get("function", call)
-                args = fn.get("arguments", {})
-                calls.append({"id": call.get("id") or f"call_{i}", "type": "function",
-                              "function": {"name": fn.get("name", ""), "arguments": args
-                                           if isinstance(args, str)
-                                           else json.dumps(args, ensure_ascii=False)}})
-            msg["tool_calls"] = calls
-        elif "tool_calls" in msg:
-            del msg["tool_calls"]
-        out.append(msg)
-    return out
-
-
-def wire_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    if not tools:
-        return None
-    return [t if t.get("type") == "function" and "function" in t
-            else {"type": "function", "function": t} for t in tools]
-
-
-def decode_arguments(raw: Any) -> Any:
-    """Structured call arguments as a dict; a string that is not a JSON object (or
-    gives a key twice, or holds an out-of-range number) is kept as it is, so the
-    tool check reports invalid_arguments. Decoded by the formats' strict reader."""
-    from evalpipe.formats.repair import loads_value
-
-    if isinstance(raw, dict):
-        return raw
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}
-    if not isinstance(raw, str):
-        return raw
-    value, problem, _ = loads_value(raw, lenient=False)
-    return value if problem is None and isinstance(value, dict) else raw
 
 
 class OpenAIBackend(Backend):
