@@ -87,3 +87,45 @@ def test_a_hedged_guess_is_not_an_abstention_flag_either():
     gold = make_gold(12, "number", [], "vi", "Offsite ngày nào?")
     m = match_answer("Không chắc, nhưng có lẽ là ngày 12", gold)
     assert m.exact and not m.abstained
+
+
+def test_final_answer_line_setting_asks_in_the_questions_language_through_the_engine():
+    from helpers import ScriptedBackend
+
+    from evalpipe.backends.base import GenerationSettings
+    from evalpipe.engine import CellRuntime, Engine
+    from evalpipe.formats import get_format
+    from evalpipe.questions import Question
+    from evalpipe.tools import build_toolset
+
+    questions = [Question(id="v", suite="control", question="Một tuần có mấy ngày?", answer=7,
+                          answer_type="number", lang="vi", gold_calls=[]),
+                 Question(id="e", suite="control", question="How many days in a week?",
+                          answer=7, answer_type="number", lang="en", gold_calls=[])]
+    prompts = []
+
+    def reply(prompt):
+        prompts.append(prompt)
+        return "Một tuần có 7 ngày.\nĐáp án: 7" if "Một tuần" in prompt else "Answer: 7"
+
+    def run(flag):
+        prompts.clear()
+        cell = CellRuntime("m/hermes/none/no-rag", "fp", {"toolset": "none"},
+                           ScriptedBackend(reply), get_format("hermes"), build_toolset("none"),
+                           GenerationSettings(), final_answer_line=flag)
+        samples = [s for ended in Engine().run(cell, questions, "run") for s in ended]
+        return {s.question_id: s.messages[0]["content"] for s in samples}
+
+    asked = run(True)
+    assert asked["v"].endswith(instruction("vi")) and asked["e"].endswith(instruction("en"))
+    plain = run(False)
+    assert instruction("vi") not in plain["v"] and instruction("en") not in plain["e"]
+
+
+def test_final_answer_line_is_a_config_key(tmp_path):
+    from evalpipe.config import load_config
+
+    base = (tmp_path / "c.yaml")
+    base.write_text("questions: [q.jsonl]\nmodels: [{id: smollm2-135m}]\n"
+                    "retrieval: [{mode: none}]\nfinal_answer_line: true\n", encoding="utf-8")
+    assert load_config(base).final_answer_line is True
