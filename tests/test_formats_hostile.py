@@ -106,6 +106,6 @@ def test_xml_integral_float_is_not_an_integer():
     ('[1, 2]', '[1, 2]'),
 ])
 def test_structured_api_arguments_follow_the_same_json_rules(raw, decoded):
-    from evalpipe.backends.openai_backend import decode_arguments
+    from evalpipe.formats.openai import decode_arguments
 
     assert decode_arguments(raw) == decoded
