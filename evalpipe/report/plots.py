@@ -44,9 +44,9 @@ def _png(fig) -> bytes:
 
 def _config_of(cell: dict[str, Any]) -> str:
     """A cell's settings without the model: what a size curve connects."""
-    cid = cell["cell_id"]
-    parts = cid.rsplit("/", 3)
-    return "/".join(parts[1:]) if len(parts) == 4 else cid
+    cid, model = cell["cell_id"], cell.get("model")
+    # the model facet, not the id's parts: a model id may hold "/" itself
+    return cid.removeprefix(f"{model}/") if model else cid
 
 
 def _exact(data: dict[str, Any], cell_id: str, suite: str) -> dict[str, Any] | None:
