@@ -25,6 +25,7 @@ from evalpipe.backends.base import Backend, GenerationSession, GenerationSetting
 from evalpipe.cache import GenerationCache
 from evalpipe.config import RunConfig
 from evalpipe.engine import Engine
+from evalpipe.probe import PROBE_FILE
 from evalpipe.records import Generation
 from evalpipe.store import machine
 
@@ -132,6 +133,11 @@ def last_run_rate(runs: list[tuple[Path, dict[str, Any]]], model: dict[str, Any]
         if not generated:
             continue
         elapsed = _seconds(manifest["finished"]) - _seconds(manifest["started"])
+        # The latency probe's samples ran one after another: their time is not the grid's.
+        probe = path / PROBE_FILE
+        if probe.is_file():
+            elapsed -= sum((json.loads(line).get("wall_ms") or 0.0) / 1000
+                           for line in probe.open(encoding="utf-8") if line.strip())
         return {"run": path.name, "seconds_per_sample": elapsed / generated,
                 "generated": generated, "elapsed_s": elapsed}
     return None
@@ -238,7 +244,7 @@ def render_plan(plan: dict[str, Any]) -> str:
                        f"{m['to_generate']} samples to generate x "
                        f"{r['seconds_per_sample']:.2f} s per generated sample, from the last "
                        f"run of this model on this machine ({r['run']}: {r['generated']} "
-                       f"samples in {r['elapsed_s']:.0f} s)")
+                       f"samples in {r['elapsed_s']:.0f} s, its latency probe left out)")
         else:
             out.append(f"{m['model']}: no wall-time estimate: no finished run of this model "
                        "alone on this machine yet")
