@@ -18,7 +18,9 @@ import argparse
 import json
 import os
 import re
+import multiprocessing
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -87,19 +89,26 @@ def config(folder: Path, n: int, model: dict):
                          "generation": {"batch_size": 16}}, source=str(folder / "soak.yaml"))
 
 
+def record(folder: Path, n: int) -> None:
+    """The scripted model through the same loop: the replies the measured run replays."""
+    runner.load_backend = lambda model: Arithmetic()
+    runner.execute_run(config(folder, n, {"id": "soak"}), folder / "rec", use_cache=False,
+                       echo=lambda line: None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20_000, help="samples in the run")
+    parser.add_argument("--keep", action="store_true", help="keep the run folder")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="evalpipe-soak-"))
     print(f"{cpu_line()}; load average {load_now():.1f} before")
 
-    # 1. the recording (not timed): the scripted model, through the same loop
-    real_load = runner.load_backend
-    runner.load_backend = lambda model: Arithmetic()
-    recorded = runner.execute_run(config(folder, args.n, {"id": "soak"}), folder / "rec",
-                                  use_cache=False, echo=lambda line: None)
-    runner.load_backend = real_load
+    # 1. the recording (not timed), in a child process so that its memory is not counted
+    child = multiprocessing.get_context("fork").Process(target=record, args=(folder, args.n))
+    child.start()
+    child.join()
+    (recorded,) = [p for p in (folder / "rec").iterdir() if p.is_dir() and not p.is_symlink()]
 
     # 2. the measured run: replay backend, every append timed
     marks: list[tuple[int, float, float]] = []  # (samples written, time, RSS MiB)
@@ -120,6 +129,7 @@ def main() -> None:
     marks.append((0, start, rss_mib()))
     run_dir = runner.execute_run(cfg, folder / "out", use_cache=False, echo=lambda line: None)
     generated = marks[-1][1]
+    peak_run = peak_mib()  # generation, writes and scoring; the report is next
     text = report(run_dir, "md")
     end = time.perf_counter()
     RunStore.append_samples = real_append
@@ -142,9 +152,16 @@ def main() -> None:
           f"{end - generated:.1f} s ({len(text)} characters of report; {correct} correct)")
     print(f"time per 1,000 samples: first 1,000 {first:.0f} ms, last 1,000 {last:.0f} ms "
           f"(ratio last/first {last / first:.2f})")
+    every = [window(lo, lo + 1000)[0] for lo in range(begin, args.n - 999, 1000)]
+    print("every 1,000 in order (ms): " + " ".join(f"{t:.0f}" for t in every))
     print(f"resident memory: {rss_first:.0f} MiB after the first 1,000, {rss_last:.0f} MiB "
-          f"after the last; peak {peak_mib():.0f} MiB (scoring and report included)")
-    print(f"load average {load_now():.1f} after; run in {folder}")
+          f"after the last; peak {peak_run:.0f} MiB through scoring, {peak_mib():.0f} MiB with the "
+          "report")
+    print(f"load average {load_now():.1f} after")
+    if args.keep:
+        print(f"run kept in {folder}")
+    else:
+        shutil.rmtree(folder)
 
 
 if __name__ == "__main__":

@@ -174,6 +174,7 @@ class Run:
             raise InputError("--retry-infra runs in one process", field="WORLD_SIZE",
                              expected="a plain `evalpipe run --resume RUN_DIR --retry-infra`")
         self.retry_infra = retry_infra
+        self.resumed, self.begun = resume is not None, False
         self.cells = config.cells()
         if resume is not None:
             self.store = RunStore(resume)
@@ -205,8 +206,8 @@ class Run:
             self._execute_helper(engine)
             return self.store.path
         with self.store:
-            self._begin()
             try:
+                self._begin()
                 with _StopFlag() as stop:
                     self._generate(engine, stop)
                     if stop:
@@ -254,6 +255,7 @@ class Run:
         seeds = self.config.repeat_seeds()
         self.manifest["repeats"] = {"requested": self.config.repeats, "seeds": seeds}
         self.store.write_json("manifest.json", self.manifest)
+        self.begun = True
         if self.config.repeats > len(seeds):
             self.echo(f"repeats: {self.config.repeats} requested, but decoding is greedy "
                       "(temperature 0): every repeat would give the same replies, so each "
@@ -343,8 +345,9 @@ class Run:
         _point_latest(store.path)
 
     def _end(self, status: str, error: str) -> None:
-        """Say in the manifest how the run ended; a full disk may refuse even that."""
-        if self.manifest is None:
+        """Say in the manifest how the run ended; a full disk may refuse even that. A
+        resume that failed before it began leaves the run's manifest as it was."""
+        if self.manifest is None or (self.resumed and not self.begun):
             return
         self.manifest.update(status=status, error=error, ended=_now())
         try:
