@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import re
-import multiprocessing
 import resource
 import shutil
 import sys
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from machine import cpu_line, load_now  # bench/machine.py
 
-import evalpipe.runner as runner
+from evalpipe import runner
 from evalpipe.backends.base import Backend
 from evalpipe.config import parse_config
 from evalpipe.records import Generation
@@ -66,8 +66,8 @@ class Arithmetic(Backend):
                 text = f"The answer is {result[0] if result else 'unknown'}."
             else:
                 a, b = re.findall(r"\d+", last)[:2]
-                text = ('<tool_call>{"name": "multiply", "arguments": {"a": %s, "b": %s}}'
-                        "</tool_call>" % (a, b))
+                text = (f'<tool_call>{{"name": "multiply", "arguments": {{"a": {a}, "b": {b}}}}}'
+                        "</tool_call>")
             out.append(Generation(text, prompt_tokens=len(prompt) // 4, completion_tokens=12))
         return out
 
@@ -76,13 +76,12 @@ def config(folder: Path, n: int, model: dict):
     qs = folder / "questions.jsonl"
     if not qs.exists():
         with open(qs, "w") as f:
-            for i in range(n):
-                f.write(json.dumps({"id": f"q{i:05d}", "suite": "arithmetic", "lang": "en",
+            f.writelines(json.dumps({"id": f"q{i:05d}", "suite": "arithmetic", "lang": "en",
                                     "question": f"What is {i} times {i % 97 + 2}?",
                                     "answer": i * (i % 97 + 2),
                                     "gold_calls": [{"id": "s1", "name": "multiply",
                                                     "arguments": {"a": i, "b": i % 97 + 2}}]})
-                        + "\n")
+                        + "\n" for i in range(n))
     return parse_config({"name": "soak", "questions": [str(qs)], "models": [model],
                          "formats": ["hermes"], "toolsets": ["calculator"],
                          "retrieval": ["none"], "max_turns": 3,
@@ -101,6 +100,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20_000, help="samples in the run")
     parser.add_argument("--keep", action="store_true", help="keep the run folder")
     args = parser.parse_args()
+    if args.n < 2000:
+        parser.error("--n must be at least 2000: the first and the last 1,000 are compared")
     folder = Path(tempfile.mkdtemp(prefix="evalpipe-soak-"))
     print(f"{cpu_line()}; load average {load_now():.1f} before")
 

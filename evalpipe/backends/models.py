@@ -9,6 +9,7 @@ copy, so that later loads take under a second instead of ~20 s.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -143,10 +144,9 @@ def _hub_model(model_id: str) -> Path | str:
     retry for about 30 s before failing; we say so at once instead."""
     from huggingface_hub import snapshot_download
 
-    try:
+    # Not cached (FileNotFoundError), or not a valid repo id (ValueError): ask the Hub.
+    with contextlib.suppress(OSError, ValueError):
         return Path(snapshot_download(model_id, local_files_only=True))
-    except Exception:  # not cached (or not a valid repo id): only the Hub can tell
-        pass
     reason = hub_unreachable()
     if reason:
         raise ModelUnavailableError(
