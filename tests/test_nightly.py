@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import ScriptedBackend, last_user, write_jsonl
 
-import evalpipe.runner as runner
 import evalpipe.store as store_module
+from evalpipe import runner
 from evalpipe.config import parse_config
 from evalpipe.errors import InputError, ModelUnavailableError, StorageError
 from evalpipe.records import Generation
@@ -221,3 +221,28 @@ def test_an_unknown_model_offline_fails_in_one_line_without_retrying(monkeypatch
     message = str(err.value)
     assert "\n" not in message and "some-org/not-cached-model" in message
     assert "HF_HUB_OFFLINE is set" in message or "not reachable" in message
+
+
+def test_cli_an_unknown_model_offline_exits_1_in_one_line_and_marks_the_run_failed(tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    config(tmp_path)  # writes q.jsonl
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"name": "offline", "questions": [str(tmp_path / "q.jsonl")],
+                                   "models": [{"id": "some-org/not-cached-model"}],
+                                   "formats": ["hermes"], "toolsets": ["none"],
+                                   "retrieval": ["none"]}))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"),
+               EVALPIPE_GENERATION_CACHE=str(tmp_path / "gen.sqlite"))
+    res = subprocess.run([sys.executable, "-m", "evalpipe", "run", "--config", str(cfg),
+                          "--out", str(tmp_path / "o")], capture_output=True, text=True, env=env)
+    assert res.returncode == 1, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "HF_HUB_OFFLINE is set" in errors[0]
+    assert "Retrying" not in res.stderr
+    (run_dir,) = runs(tmp_path / "o")
+    assert manifest(run_dir)["status"] == "failed"
+    assert not (tmp_path / "o" / "latest").exists()
