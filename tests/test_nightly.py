@@ -238,7 +238,8 @@ def test_cli_an_unknown_model_offline_exits_1_in_one_line_and_marks_the_run_fail
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"),
                EVALPIPE_GENERATION_CACHE=str(tmp_path / "gen.sqlite"))
     res = subprocess.run([sys.executable, "-m", "evalpipe", "run", "--config", str(cfg),
-                          "--out", str(tmp_path / "o")], capture_output=True, text=True, env=env)
+                          "--out", str(tmp_path / "o")], capture_output=True, text=True, env=env,
+                         check=False)
     assert res.returncode == 1, res.stderr
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "HF_HUB_OFFLINE is set" in errors[0]

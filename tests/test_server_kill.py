@@ -12,9 +12,9 @@ import pytest
 
 lcs = pytest.importorskip("test_llamacpp_server")  # the server the HTTP tests start
 
-from evalpipe.config import parse_config  # noqa: E402
-from evalpipe.runner import execute_run  # noqa: E402
-from evalpipe.store import RunStore  # noqa: E402
+from evalpipe.config import parse_config
+from evalpipe.runner import execute_run
+from evalpipe.store import RunStore
 
 QUESTIONS = [
     {"id": "a1", "suite": "arithmetic", "question": "What is 12 plus 30?", "answer": 42,
