@@ -167,7 +167,7 @@ def _tabulars(tex):
 def test_latex_parses_with_booktabs_structure(data):
     tex = render_latex(data, standalone=True)
     tables = list(_tabulars(tex))
-    assert len(tables) == 7  # five metrics, categories, cost
+    assert len(tables) == 8  # six metrics, categories, cost
     for spec, rows, rules in tables:
         assert rules == ["toprule", "midrule", "bottomrule"]
         assert rows and all(r == len(spec) - 1 for r in rows), (spec, rows)

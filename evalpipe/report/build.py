@@ -18,11 +18,12 @@ MAIN_METRICS = [
     ("exact", "exact match", True),
     ("format_valid_strict", "format valid (strict)", True),
     ("format_valid", "format valid (lenient)", True),
-    ("plan_exact", "plan match", True),
+    ("plan_exact", "plan match", True),  # over questions whose gold plan is not empty
+    ("no_unneeded_call", "no unneeded call", True),  # over questions whose plan is empty
     ("recall@k", "recall@k", False),
 ]
 ALL_RATES = ["exact", "exact_strict", "exact_lenient", "format_valid", "format_valid_strict",
-             "call_valid", "plan_exact", "recall@k", "hit@k", "mrr", "ndcg"]
+             "call_valid", "plan_exact", "no_unneeded_call", "recall@k", "hit@k", "mrr", "ndcg"]
 # Consumption (batching-independent), then latency as one user sees it (the latency probe,
 # probe_*), then latency inside the running batch ("under load"); docs/reports.md.
 COST_FIELDS = [("prompt_tokens", "prompt tokens"), ("prefix_tokens", "of which shared prefix"),
