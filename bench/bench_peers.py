@@ -92,6 +92,9 @@ def venv(root: Path, peer: str, log) -> Path | str:
     steps = [[sys.executable, "-m", "venv", str(where)],
              [str(python), "-m", "pip", "install", "-q", TORCH],
              [str(python), "-m", "pip", "install", "-q", TORCH, *PEERS[peer]]]
+    if peer == "vllm":  # its vision/audio/codec wheels are built for another torch and fail
+        steps.append([str(python), "-m", "pip", "uninstall", "-y", "-q", "torchvision",  # to load
+                      "torchaudio", "torchcodec"])  # text models do not need them
     for cmd in steps:
         r = subprocess.run(cmd, check=False, capture_output=True, text=True)
         if r.returncode:
@@ -231,8 +234,9 @@ def vllm_runs(python: Path, model_dir: str, w, threads: int, levels, timeout: fl
                 best = r
         return best
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+        if server.poll() is None:  # still serving: stop it and its workers
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
 
 
 # -- the table ---------------------------------------------------------------------------------
