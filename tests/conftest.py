@@ -10,6 +10,18 @@ import pytest
 # tests import these from helpers; the names stay here for older imports
 from helpers import CHATML, REPO, ScriptedBackend, last_user, write_jsonl  # noqa: F401
 
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models gain nothing from threads, and on a shared machine they cost a lot."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def scripted():
     return ScriptedBackend

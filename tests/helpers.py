@@ -56,3 +56,19 @@ def write_jsonl(path: Path, records) -> Path:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
                     encoding="utf-8")
     return path
+
+
+def tiny_llama(*, hidden_size: int = 64, intermediate_size: int = 128, heads: int = 4,
+               kv_heads: int = 2, max_positions: int = 512, eos: int = 2):
+    """A 2-layer Llama with random weights (seed 0) and a 96-token vocabulary: the engine's
+    batching is checked against model.generate on it, no download needed."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=96, hidden_size=hidden_size,
+                         intermediate_size=intermediate_size, num_hidden_layers=2,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         max_position_embeddings=max_positions, bos_token_id=1,
+                         eos_token_id=eos, pad_token_id=0)
+    return LlamaForCausalLM(config).eval()

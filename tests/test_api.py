@@ -9,11 +9,10 @@ import subprocess
 import sys
 
 import pytest
+from helpers import write_jsonl
 
 import evalpipe
 from evalpipe.errors import InputError
-
-from helpers import write_jsonl
 
 
 def test_importing_evalpipe_stays_cheap():

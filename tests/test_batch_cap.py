@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
+import helpers
 import pytest
-import torch
 
 from evalpipe.backends import batching
 from evalpipe.backends.batching import BatchGenerator, PrefixStore
@@ -14,14 +14,7 @@ from evalpipe.backends.batching import BatchGenerator, PrefixStore
 
 @pytest.fixture(scope="module")
 def tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                         max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
-                         pad_token_id=0)
-    return LlamaForCausalLM(config).eval()
+    return helpers.tiny_llama(hidden_size=32, intermediate_size=64, heads=2)
 
 
 def test_cap_follows_the_step_rate_memory_and_batch_size(tiny_llama, monkeypatch):

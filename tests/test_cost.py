@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import random
 
+import helpers
 import pytest
-import torch
 
 from evalpipe.backends.batching import BatchGenerator, PrefixStore, common_prefix
 from evalpipe.scoring.cost import decode_rate, probe_summary, sample_cost
@@ -15,15 +15,7 @@ from evalpipe.scoring.cost import decode_rate, probe_summary, sample_cost
 
 @pytest.fixture(scope="module")
 def tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
-                         pad_token_id=0)
-    return LlamaForCausalLM(config).eval()
+    return helpers.tiny_llama()
 
 
 def _prompt(rng, n):

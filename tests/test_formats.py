@@ -11,10 +11,6 @@ from hypothesis import strategies as st
 from evalpipe.formats import (
     ERROR_KINDS,
     FORMATS,
-    HermesFormat,
-    JsonFormat,
-    NativeFormat,
-    OpenAIFormat,
     XmlFormat,
     get_format,
     split_reasoning,

@@ -6,32 +6,19 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import helpers
 import pytest
 import torch
 
 from evalpipe.backends.base import GenerationSettings
 from evalpipe.backends.batching import BatchGenerator, PrefixStore, common_prefix, supported
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a shared machine they cost a lot."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
-                         pad_token_id=0)
-    return LlamaForCausalLM(config).eval()
+    return helpers.tiny_llama()
 
 
 def reference(model, prompt: list[int], n: int, eos: int) -> list[int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import helpers
 import pytest
 import torch
 
@@ -14,24 +15,12 @@ from evalpipe.backends.batching import BatchGenerator, PrefixStore, TurnStore, _
 EOS = 2
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=1024, bos_token_id=1, eos_token_id=EOS,
-                         pad_token_id=0)
-    return LlamaForCausalLM(config).eval()
+    return helpers.tiny_llama(max_positions=1024, eos=EOS)
 
 
 def reference(model, prompt: list[int], n: int, eos: int) -> list[int]:

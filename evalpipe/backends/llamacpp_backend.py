@@ -14,16 +14,14 @@ them too).
 from __future__ import annotations
 
 import hashlib
-import json
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from evalpipe.backends.base import Backend, GenerationSettings
 from evalpipe.backends.models import gguf_path
 from evalpipe.backends.templates import ChatTemplate
-from evalpipe.errors import InputError, ModelUnavailableError
+from evalpipe.errors import ModelUnavailableError
 from evalpipe.records import Generation
 
 DEFAULT_N_CTX = 4096

@@ -16,7 +16,6 @@ from evalpipe.bfcl.wheel import VERSION, BfclData
 from evalpipe.errors import InputError
 
 
-
 def convert_category(data: BfclData, category: str) -> tuple[list[dict], int]:
     """(question records, items skipped) for one category."""
     if category not in CATEGORIES:

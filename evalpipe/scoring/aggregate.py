@@ -21,8 +21,8 @@ ALL = "all"
 PROPORTIONS = ("exact", "exact_strict", "exact_lenient", "format_valid", "format_valid_strict",
                "plan_exact", "no_unneeded_call")
 RATE_NAMES = PROPORTIONS + ("call_valid", "recall@k", "hit@k", "mrr", "ndcg")
-COST_FIELDS = ("prompt_tokens", "completion_tokens", "turns", "ttft_ms", "wall_ms",
-               "prefill_ms", "decode_ms")
+COST_FIELDS = ("prompt_tokens", "prefix_tokens", "completion_tokens", "turns",
+               "prefill_compute_ms", "ttft_ms", "wall_ms", "prefill_ms", "decode_ms")
 _RETRIEVAL = ("recall", "hit", "mrr", "ndcg")
 
 

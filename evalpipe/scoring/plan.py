@@ -53,7 +53,6 @@ from typing import Any
 from evalpipe.plans import (
     ANY,
     DEFAULT_STRINGS,
-    OPTIONAL,
     STRINGS,
     concrete_arguments,
     is_form,
