@@ -72,3 +72,34 @@ def tiny_llama(*, hidden_size: int = 64, intermediate_size: int = 128, heads: in
                          max_position_embeddings=max_positions, bos_token_id=1,
                          eos_token_id=eos, pad_token_id=0)
     return LlamaForCausalLM(config).eval()
+
+
+def greedy_reference(model, prompt: list[int], n: int, eos: int) -> list[int]:
+    """Greedy `model.generate` on one unpadded prompt: the ground truth the engine's
+    batching must reproduce token for token."""
+    import torch
+
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt),
+                             dtype=torch.long), max_new_tokens=n, do_sample=False,
+                             eos_token_id=[eos], pad_token_id=0)
+    tokens = out[0, len(prompt):].tolist()
+    return tokens[: tokens.index(eos)] if eos in tokens else tokens
+
+
+def tiny_arithmetic_config(tmp_path: Path, model_dir: Path, **extra) -> Path:
+    """A config of six arithmetic questions on the tiny model, with and without the
+    calculator: the smallest grid that runs the whole pipeline."""
+    import yaml
+
+    questions = [{"id": f"q{i}", "suite": "arithmetic", "lang": "en",
+                  "question": f"What is {i} times {i + 7}?", "answer": i * (i + 7)}
+                 for i in range(6)]
+    write_jsonl(tmp_path / "q.jsonl", questions)
+    config = {"name": "tiny", "questions": [str(tmp_path / "q.jsonl")],
+              "models": [{"id": str(model_dir)}], "formats": ["hermes"],
+              "toolsets": ["none", "calculator"], "retrieval": ["none"], "max_turns": 2,
+              "generation": {"max_new_tokens": 6, "batch_size": 4}, **extra}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path

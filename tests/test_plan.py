@@ -8,8 +8,7 @@ import subprocess
 import sys
 
 import pytest
-import yaml
-from helpers import write_jsonl
+from helpers import tiny_arithmetic_config
 
 from evalpipe.cache import GenerationCache
 from evalpipe.config import load_config
@@ -26,16 +25,7 @@ def evalpipe(*args, env):
 
 @pytest.fixture
 def setup(tmp_path, tiny_model_dir):
-    questions = [{"id": f"q{i}", "suite": "arithmetic", "lang": "en",
-                  "question": f"What is {i} times {i + 7}?", "answer": i * (i + 7)}
-                 for i in range(6)]
-    write_jsonl(tmp_path / "q.jsonl", questions)
-    config = {"name": "tiny", "questions": [str(tmp_path / "q.jsonl")],
-              "models": [{"id": str(tiny_model_dir)}], "formats": ["hermes"],
-              "toolsets": ["none", "calculator"], "retrieval": ["none"], "max_turns": 2,
-              "generation": {"max_new_tokens": 6, "batch_size": 4}}
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = tiny_arithmetic_config(tmp_path, tiny_model_dir)
     env = dict(os.environ, EVALPIPE_GENERATION_CACHE=str(tmp_path / "gen.sqlite"))
     return path, env
 

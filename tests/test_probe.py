@@ -8,8 +8,7 @@ import os
 import subprocess
 import sys
 
-import yaml
-from helpers import write_jsonl
+from helpers import tiny_arithmetic_config
 
 from evalpipe.probe import probe_questions
 
@@ -31,16 +30,7 @@ def test_probe_questions_are_spread_over_the_list():
 
 
 def test_probe_samples_are_timed_alone_and_not_mixed_into_accuracy(tmp_path, tiny_model_dir):
-    questions = [{"id": f"q{i}", "suite": "arithmetic", "lang": "en",
-                  "question": f"What is {i} times {i + 7}?", "answer": i * (i + 7)}
-                 for i in range(6)]
-    write_jsonl(tmp_path / "q.jsonl", questions)
-    config = {"name": "tiny", "questions": [str(tmp_path / "q.jsonl")],
-              "models": [{"id": str(tiny_model_dir)}], "formats": ["hermes"],
-              "toolsets": ["none", "calculator"], "retrieval": ["none"], "max_turns": 2,
-              "generation": {"max_new_tokens": 6, "batch_size": 4}, "latency_probe": 2}
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = tiny_arithmetic_config(tmp_path, tiny_model_dir, latency_probe=2)
     env = dict(os.environ, EVALPIPE_GENERATION_CACHE=str(tmp_path / "gen.sqlite"))
     out = tmp_path / "o"
     ran = evalpipe("run", "--config", str(path), "--out", str(out), env=env)

@@ -8,7 +8,7 @@ import random
 
 import helpers
 import pytest
-import torch
+from helpers import greedy_reference as reference
 
 from evalpipe.backends.batching import BatchGenerator, PrefixStore, TurnStore, _Turn
 
@@ -21,15 +21,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def tiny_llama():
     return helpers.tiny_llama(max_positions=1024, eos=EOS)
-
-
-def reference(model, prompt: list[int], n: int, eos: int) -> list[int]:
-    with torch.inference_mode():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt),
-                             dtype=torch.long), max_new_tokens=n, do_sample=False,
-                             eos_token_id=[eos], pad_token_id=0)
-    tokens = out[0, len(prompt):].tolist()
-    return tokens[: tokens.index(eos)] if eos in tokens else tokens
 
 
 def converse(gen: BatchGenerator, eos: int, batch_size: int, turns: int = 3, n: int = 6,
