@@ -254,6 +254,9 @@ def row(name: str, n: int, r: dict, base_wall: float | None, ceiling: float) -> 
 
 
 def main(argv=None) -> int:
+    # A SIGTERM (a `timeout` around the benchmark) unwinds through the `finally` blocks,
+    # so a vLLM server started here is stopped with it instead of left serving.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="W1,W2,W2f,W3")
     ap.add_argument("--peers", default="lm-eval,inspect,vllm", help="or 'none'")
