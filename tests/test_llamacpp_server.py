@@ -186,6 +186,16 @@ def test_a_server_killed_mid_run_gives_error_replies_and_loses_none(tmp_path):
         assert srv.url in g.error
 
 
+# Two tool questions and one without tools: both paths of the agent loop.
+QUESTIONS = [
+    {"id": "a1", "suite": "arithmetic", "question": "What is 12 plus 30?", "answer": 42,
+     "gold_calls": [{"id": "s1", "name": "add", "arguments": {"a": 12, "b": 30}}]},
+    {"id": "a2", "suite": "arithmetic", "question": "What is 6 times 7?", "answer": 42,
+     "gold_calls": [{"id": "s1", "name": "multiply", "arguments": {"a": 6, "b": 7}}]},
+    {"id": "c1", "suite": "control", "question": "What is the capital of France?",
+     "answer": "Paris", "gold_calls": []},
+]
+
 def test_an_evalpipe_run_through_the_server_scores_like_the_in_process_backend(server, tmp_path,
                                                                                monkeypatch):
     from evalpipe.config import parse_config
@@ -193,14 +203,7 @@ def test_an_evalpipe_run_through_the_server_scores_like_the_in_process_backend(s
 
     monkeypatch.setenv("EVALPIPE_CACHE", str(tmp_path / "cache"))
     questions = tmp_path / "q.jsonl"
-    questions.write_text("".join(json.dumps(q) + "\n" for q in [
-        {"id": "a1", "suite": "arithmetic", "question": "What is 12 plus 30?", "answer": 42,
-         "gold_calls": [{"id": "s1", "name": "add", "arguments": {"a": 12, "b": 30}}]},
-        {"id": "a2", "suite": "arithmetic", "question": "What is 6 times 7?", "answer": 42,
-         "gold_calls": [{"id": "s1", "name": "multiply", "arguments": {"a": 6, "b": 7}}]},
-        {"id": "c1", "suite": "control", "question": "What is the capital of France?",
-         "answer": "Paris", "gold_calls": []},
-    ]))
+    questions.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     raw = {"name": "http-vs-inprocess", "questions": [str(questions)],
            "formats": ["hermes"], "toolsets": ["none", "calculator"], "max_turns": 3,
            "generation": {"max_new_tokens": 64}}

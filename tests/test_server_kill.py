@@ -16,13 +16,7 @@ from evalpipe.config import parse_config
 from evalpipe.runner import execute_run
 from evalpipe.store import RunStore
 
-QUESTIONS = [
-    {"id": "a1", "suite": "arithmetic", "question": "What is 12 plus 30?", "answer": 42,
-     "gold_calls": [{"id": "s1", "name": "add", "arguments": {"a": 12, "b": 30}}]},
-    {"id": "a2", "suite": "arithmetic", "question": "What is 6 times 7?", "answer": 42,
-     "gold_calls": [{"id": "s1", "name": "multiply", "arguments": {"a": 6, "b": 7}}]},
-    {"id": "c1", "suite": "control", "question": "What is the capital of France?",
-     "answer": "Paris", "gold_calls": []},
+QUESTIONS = lcs.QUESTIONS + [
     {"id": "c2", "suite": "control", "question": "Name a colour.", "answer": "red",
      "gold_calls": []},
     {"id": "a3", "suite": "arithmetic", "question": "What is 9 minus 4?", "answer": 5,

@@ -143,9 +143,3 @@ def decide(f: Facts) -> Verdict:
     if f.abstain_gold:
         return _verdict("hallucinated_answer", "the gold is abstain; the model answered")
     return _verdict("wrong_answer", "the answer is wrong; no earlier rule applies")
-
-
-def primary_category(f: Facts) -> tuple[str, str | None]:
-    """(category, subtype); subtype only for wrong_plan."""
-    v = decide(f)
-    return v.category, v.subtype
