@@ -187,7 +187,7 @@ def test_a_server_killed_mid_run_gives_error_replies_and_loses_none(tmp_path):
 
 
 # Two tool questions and one without tools: both paths of the agent loop.
-QUESTIONS = [
+RUN_QUESTIONS = [
     {"id": "a1", "suite": "arithmetic", "question": "What is 12 plus 30?", "answer": 42,
      "gold_calls": [{"id": "s1", "name": "add", "arguments": {"a": 12, "b": 30}}]},
     {"id": "a2", "suite": "arithmetic", "question": "What is 6 times 7?", "answer": 42,
@@ -203,7 +203,7 @@ def test_an_evalpipe_run_through_the_server_scores_like_the_in_process_backend(s
 
     monkeypatch.setenv("EVALPIPE_CACHE", str(tmp_path / "cache"))
     questions = tmp_path / "q.jsonl"
-    questions.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    questions.write_text("".join(json.dumps(q) + "\n" for q in RUN_QUESTIONS))
     raw = {"name": "http-vs-inprocess", "questions": [str(questions)],
            "formats": ["hermes"], "toolsets": ["none", "calculator"], "max_turns": 3,
            "generation": {"max_new_tokens": 64}}

@@ -16,7 +16,7 @@ from evalpipe.config import parse_config
 from evalpipe.runner import execute_run
 from evalpipe.store import RunStore
 
-QUESTIONS = lcs.QUESTIONS + [
+QUESTIONS = lcs.RUN_QUESTIONS + [
     {"id": "c2", "suite": "control", "question": "Name a colour.", "answer": "red",
      "gold_calls": []},
     {"id": "a3", "suite": "arithmetic", "question": "What is 9 minus 4?", "answer": 5,
