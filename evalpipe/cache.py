@@ -19,6 +19,8 @@ from evalpipe.backends.base import Backend, GenerationSession, GenerationSetting
 from evalpipe.paths import cache_dir
 from evalpipe.records import Generation, ToolCall
 
+MACHINE_FACTS = ("path", "linear_kernel")  # describe() facts that are not the model's identity
+
 BUSY_TIMEOUT_S = 60.0
 _SCHEMA = """CREATE TABLE IF NOT EXISTS generations (
     key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL DEFAULT (julianday('now')))"""
@@ -47,9 +49,11 @@ class GenerationCache:
     @staticmethod
     def model_key(facts: dict) -> str:
         """The model part of a key, from backend.describe() facts (as a manifest records
-        them), so a reply can be looked up without loading the model."""
-        return json.dumps({k: v for k, v in facts.items() if k != "path"}, sort_keys=True,
-                          default=str)
+        them), so a reply can be looked up without loading the model. Where the model
+        sits and which kernel multiplies on this machine are left out: like the batch
+        size, they move logits by rounding only."""
+        return json.dumps({k: v for k, v in facts.items() if k not in MACHINE_FACTS},
+                          sort_keys=True, default=str)
 
     def lookup(self, model_key: str, prompt: str, settings: GenerationSettings
                ) -> Generation | None:

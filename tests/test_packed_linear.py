@@ -1,0 +1,70 @@
+"""The engine's linears on packed oneDNN weights: on only inside the engine's forward,
+close to the stock layer, and greedy replies still those of `model.generate`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from evalpipe.backends import packed_linear
+from evalpipe.backends.batching import BatchGenerator, PrefixStore
+from evalpipe.backends.packed_linear import PackedLinears
+from tests import helpers
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
+                                reason="this torch build has no oneDNN")
+
+
+def test_packed_layers_are_close_and_only_on_inside_active():
+    model = helpers.tiny_llama()
+    plain = helpers.tiny_llama()  # same seed: the same weights, never packed
+    packed = PackedLinears.install(model, budget_bytes=1 << 30)
+    assert packed is not None and packed.layers == 2 * 7 + 1  # 7 per layer + the head
+    x = torch.randn(16, 64)
+    layer, reference = model.model.layers[0].mlp.up_proj, plain.model.layers[0].mlp.up_proj
+    with torch.inference_mode():
+        assert torch.equal(layer(x), reference(x))  # off: the stock kernel, bit for bit
+        with packed.active():
+            inside = layer(x)
+        assert not packed.on
+        assert torch.allclose(inside, reference(x), rtol=1e-5, atol=1e-6)
+        ids = torch.tensor([[5, 9, 17, 3, 40]])
+        assert torch.equal(model(ids).logits, plain(ids).logits)  # generate's path untouched
+
+
+def test_nothing_is_packed_beyond_the_memory_budget():
+    model = helpers.tiny_llama()
+    before = model.model.layers[0].mlp.up_proj.forward
+    assert PackedLinears.install(model, budget_bytes=1024) is None
+    assert model.model.layers[0].mlp.up_proj.forward == before
+
+
+def test_engine_forward_runs_on_packed_layers_and_equals_generate(monkeypatch):
+    model = helpers.tiny_llama()
+    gen = BatchGenerator(model, [7], 0, PrefixStore())
+    assert gen.packed is not None
+    calls = []
+    real = packed_linear._packed_matmul
+    monkeypatch.setattr(packed_linear, "_packed_matmul",
+                        lambda *a: calls.append(a[0].numel() // a[0].shape[-1]) or real(*a))
+    torch.manual_seed(1)
+    prompts = [torch.randint(3, 96, (n,)).tolist() for n in (5, 9, 14, 30, 31, 44)]
+    rows = gen.generate(prompts, max_new_tokens=16, batch_size=6)
+    assert calls and min(calls) >= packed_linear.MIN_ROWS  # prefill and decode both packed
+    for prompt, row in zip(prompts, rows):
+        assert row.tokens == helpers.greedy_reference(model, prompt, 16, 7)
+
+
+def test_embedded_model_replies_equal_generate_one_at_a_time(default_backend):
+    backend = default_backend
+    assert backend.batcher.packed is not None
+    assert backend.describe()["linear_kernel"] == "onednn-packed"
+    tok = backend.tokenizer
+    prompts = [tok(backend.render([{"role": "user", "content": f"What is {a} times {b}?"}],
+                                  None))["input_ids"] for a, b in [(3, 7), (12, 11), (45, 6),
+                                                                   (8, 125), (99, 99), (7, 0)]]
+    eos = backend.eos_ids[0]  # the model's only end token
+    assert backend.eos_ids == [eos]
+    rows = backend.batcher.generate(prompts, max_new_tokens=32, batch_size=8)
+    for prompt, row in zip(prompts, rows):
+        assert row.tokens == helpers.greedy_reference(backend.model, prompt, 32, eos)
