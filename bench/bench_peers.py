@@ -264,6 +264,8 @@ def main(argv=None) -> int:
                     help="questions per workload (default: W1 160, W2 64, W3 all)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--peer-batch", type=int, default=64, help="lm-eval and Inspect batch size")
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="evalpipe's batch_size (default: what a run gets by default)")
     ap.add_argument("--vllm-concurrency", default="16,32,64")
     ap.add_argument("--venv-root", default=str(Path.home() / ".cache/evalpipe/bench-venvs"))
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per peer run")
@@ -297,7 +299,7 @@ def main(argv=None) -> int:
         print("|---|---|---|---|---|---|---|---|")
         backend.prefix_store.clear()
         before_stats, before = dict(backend.batcher.stats), load_now()
-        ours = run_engine(backend, w)
+        ours = run_engine(backend, w, args.batch_size)
         ours["processed_tokens"] = sum(backend.batcher.stats[k] - before_stats[k]
                                        for k in ("prefilled_tokens", "decoded_tokens"))
         ours["load"] = f"{before:.1f} -> {load_now():.1f}"

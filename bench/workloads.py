@@ -147,7 +147,8 @@ class ForcedSession:
         return out
 
 
-def runtime(backend, w: Workload, batch_size: int = 64):
+def runtime(backend, w: Workload, batch_size: int | None = None):
+    """The engine's settings for `w`; `batch_size` None: the default a user's run gets."""
     from evalpipe.backends.base import GenerationSettings
     from evalpipe.engine import CellRuntime
     from evalpipe.formats import get_format
@@ -156,11 +157,12 @@ def runtime(backend, w: Workload, batch_size: int = 64):
     return CellRuntime(
         cell_id=w.name, fingerprint=w.name, settings={}, backend=backend,
         fmt=get_format("hermes"), toolset=build_toolset(w.toolset),
-        generation=GenerationSettings(max_new_tokens=w.max_new_tokens, batch_size=batch_size),
+        generation=GenerationSettings(max_new_tokens=w.max_new_tokens,
+                                      batch_size=batch_size or GenerationSettings.batch_size),
         max_turns=w.max_turns, retrieve=w.retrieve, k=3)
 
 
-def run_engine(backend, w: Workload, batch_size: int = 64) -> dict[str, Any]:
+def run_engine(backend, w: Workload, batch_size: int | None = None) -> dict[str, Any]:
     """Wall seconds, samples, and token counts of one engine run of `w`."""
     import time
 

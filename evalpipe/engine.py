@@ -105,11 +105,15 @@ class Engine:
         self._open = open_session or (lambda backend, gen: backend.session(gen))
 
     def run(self, cell: CellRuntime, questions: list[Question], run_id: str,
-            window: int = 64, progress: Callable[[int], None] | None = None
+            window: int | None = None, progress: Callable[[int], None] | None = None
             ) -> Iterator[list[Sample]]:
         """Yield samples in question order, each as soon as it and all before it have
         ended (so a run's file has the same order cached or not); `progress` hears of
-        each conversation as it ends, for a live progress bar."""
+        each conversation as it ends, for a live progress bar. `window`: conversations
+        open at once (default: four batches, so the batch stays full while some
+        conversations wait on their tools)."""
+        if window is None:
+            window = max(64, 4 * cell.generation.batch_size)
         session = self._open(cell.backend, cell.generation)
         todo = iter(enumerate(questions))
         live: dict[int, _Conversation] = {}  # question index -> open conversation

@@ -410,9 +410,7 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
                 desc = cell.id if len(seeds) == 1 else f"{cell.id} #{r + 1}/{len(seeds)}"
                 with tqdm(total=len(mine), initial=len(mine) - len(left), desc=desc,
                           unit="q", dynamic_ncols=True, disable=not progress) as bar:
-                    for samples in engine.run(repeat, pending, run_id,
-                                              window=max(64, 4 * config.generation.batch_size),
-                                              progress=bar.update):
+                    for samples in engine.run(repeat, pending, run_id, progress=bar.update):
                         write([s.to_dict() for s in samples])
                         count += len(samples)
             if after_cell is not None and not stop:  # the model is still loaded
