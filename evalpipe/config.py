@@ -123,7 +123,7 @@ class GenerationSection(_Section):
     temperature: float = Field(0.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     seed: int = 0
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(256, ge=1)
 
 
 class ChunkingSection(_Section):

@@ -39,7 +39,7 @@ class GenerationSettings:
     temperature: float = 0.0  # 0 means greedy
     top_p: float = 1.0
     seed: int = 0
-    batch_size: int = 64  # rows decoded together at most (memory may allow fewer)
+    batch_size: int = 256  # rows decoded together at most (the measured cap may be fewer)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

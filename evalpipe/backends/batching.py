@@ -144,7 +144,7 @@ def _make_layer_class():
 
 
 def _regrow(buf: torch.Tensor, used: int, capacity: int) -> torch.Tensor:
-    new = buf.new_zeros(buf.shape[0], buf.shape[1], capacity, buf.shape[3])
+    new = buf.new_empty(buf.shape[0], buf.shape[1], capacity, buf.shape[3])  # spare: see below
     new[:, :, :used] = buf[:, :, :used]
     return new
 
@@ -382,11 +382,18 @@ class BatchGenerator:
                              use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}, **extra)
         return out.logits[:, -1, :].float()
 
-    def _empty_layers(self, rows: int, capacity: int):
+    def _empty_layers(self, rows: int, capacity: int, used: int | None = None):
+        """Buffers of `capacity` columns whose first `used` (default: all) are zeros:
+        padding there must be finite. Spare columns past them are left unwritten (a
+        step writes each before attention reads it), so their pages are not touched."""
         shape = (rows, self.kv_heads, capacity, self.head_dim)
-        return [self.Layer(torch.zeros(shape, dtype=self.dtype, device=self.device),
-                           torch.zeros(shape, dtype=self.dtype, device=self.device), 0)
-                for _ in range(self.n_layers)]
+        layers = []
+        for _ in range(self.n_layers):
+            k, v = (torch.empty(shape, dtype=self.dtype, device=self.device) for _ in "kv")
+            k[:, :, :used].zero_()
+            v[:, :, :used].zero_()
+            layers.append(self.Layer(k, v, 0))
+        return layers
 
     def _prefix_kv(self, prefix: list[int]):
         """The key/value cache of `prefix` (one row), from the store or computed."""
@@ -449,7 +456,7 @@ class BatchGenerator:
             pmask = torch.ones((n, prefix_len), dtype=torch.long, device=self.device)
             mask, copied = torch.cat([pmask, smask], dim=1), prefix_len
             shared = torch.zeros_like(shared)
-        layers = self._empty_layers(n, copied + head + width + min(max_new, GROW))
+        layers = self._empty_layers(n, copied + head + width + min(max_new, GROW), copied + head)
         if copied:
             for layer, (k, v) in zip(layers, prefix_kv):
                 layer.buf_k[:, :, :copied] = k
@@ -490,7 +497,7 @@ class BatchGenerator:
             spans.append((lo, state.length, mask))
         length = max(hi - lo for lo, hi, _ in spans)
         rows_total = sum(m.shape[0] for _, _, m in spans)
-        layers = self._empty_layers(rows_total, length + headroom)
+        layers = self._empty_layers(rows_total, length + headroom, length)
         mask = torch.zeros((rows_total, length), dtype=torch.long, device=self.device)
         r0 = 0
         for (state, idx), (lo, hi, m) in zip(parts, spans):
