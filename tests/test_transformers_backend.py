@@ -56,6 +56,27 @@ def test_loop_equals_generate(tiny_llama, prompts_and_eos, batch_size, reuse):
         assert gen.stats["reused_tokens"] == 0
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 40])
+@pytest.mark.parametrize("reuse", [False, True])
+def test_chunked_prefill_equals_generate(tiny_llama, prompts_and_eos, chunk, reuse):
+    """Prefill in forwards of at most `chunk` tokens (a column of every row at 1, with
+    rows that are all padding within a chunk): the same tokens as one prefill."""
+    prompts, eos, refs = prompts_and_eos
+    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    gen.prefill_tokens = chunk
+    calls = []
+    forward = gen._forward
+    gen._forward = lambda layers, ids, *a: calls.append(ids.shape) or forward(layers, ids, *a)
+    rows = gen.generate(prompts, max_new_tokens=20, batch_size=12, prefix_reuse=reuse)
+    assert [r.tokens for r in rows] == refs
+    assert all(rows * cols <= max(chunk, rows) for rows, cols in calls)
+    whole = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    assert [r.tokens for r in whole.generate(prompts, max_new_tokens=20, batch_size=12,
+                                             prefix_reuse=reuse)] == refs
+    prefills = len(calls) - gen.stats["decode_steps"]
+    assert prefills > len(prompts) // 12 + 1  # more forwards than one per admission
+
+
 @pytest.mark.parametrize("batch_size", [2, 4, 16])
 def test_prompts_joining_a_running_batch_equal_generate(tiny_llama, prompts_and_eos, batch_size):
     """An agent loop submits a turn while other rows are mid-reply: the late rows

@@ -62,9 +62,14 @@ def eos(tiny_llama):
     return counts.most_common(4)[3][0]
 
 
-@pytest.mark.parametrize("batch_size", [1, 3, 16])
-def test_later_turns_prefill_only_what_is_new_and_equal_generate(tiny_llama, eos, batch_size):
+@pytest.mark.parametrize("batch_size,chunk", [(1, 4096), (3, 4096), (16, 4096), (3, 5),
+                                              (16, 20)])
+def test_later_turns_prefill_only_what_is_new_and_equal_generate(tiny_llama, eos, batch_size,
+                                                                 chunk):
+    """`chunk`: tokens a prefill forward takes at most (small: each turn's new tokens
+    are prefilled in several forwards on top of the kept cache)."""
     gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    gen.prefill_tokens = chunk
     asked = converse(gen, eos, batch_size)
     assert len(asked) == 18
     for prompt, reply in asked:

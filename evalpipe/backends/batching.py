@@ -54,6 +54,7 @@ MIN_PREFIX = 16  # shorter common prefixes are not worth a stored cache
 # unlimited rows would give (from the measured step time a + c * rows), at least
 # MIN_CAP; measured only when more than MEASURE_ABOVE rows could run at once.
 PEAK_SHARE, MIN_CAP, MEASURE_ABOVE = 0.95, 16, 64
+PREFILL_TOKENS = 4096  # tokens (rows x columns) a prefill forward takes at most
 
 
 @dataclass
@@ -299,6 +300,7 @@ class BatchGenerator:
         # the free memory (0 turns it off).
         self.turn_memory_fraction = 0.25
         self.last_prefix_ms = 0.0  # compute time of the last prefix prefilled (0 if stored)
+        self.prefill_tokens = PREFILL_TOKENS
         self.step_cost: tuple[float, float] | None = None  # decode step: (a s, c s/row)
         self.cap_note = ""  # how the last measured batch cap was chosen (for the run's log)
         self.log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)
@@ -382,6 +384,20 @@ class BatchGenerator:
                              use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}, **extra)
         return out.logits[:, -1, :].float()
 
+    def _prefill_forward(self, layers, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+                         state: _State | None = None) -> torch.Tensor:
+        """`_forward` over `ids` in chunks of columns (at most `prefill_tokens` tokens),
+        each on top of the cache the earlier ones left: a chunk's queries skip attention
+        to the columns after it (a third of a long prompt's attention) and activations
+        stay bounded. The logits of the last column."""
+        rows, width = ids.shape
+        step = max(1, self.prefill_tokens // rows)
+        for c0 in range(0, width, step):
+            c1 = min(width, c0 + step)
+            logits = self._forward(layers, ids[:, c0:c1], mask[:, : mask.shape[1] - width + c1],
+                                   pos[:, c0:c1], state)
+        return logits
+
     def _empty_layers(self, rows: int, capacity: int, used: int | None = None):
         """Buffers of `capacity` columns whose first `used` (default: all) are zeros:
         padding there must be finite. Spare columns past them are left unwritten (a
@@ -420,7 +436,7 @@ class BatchGenerator:
         mask = torch.ones(1, len(prefix), dtype=torch.long, device=self.device)
         pos = torch.arange(start, len(prefix), device=self.device)[None]
         t0 = time.perf_counter()
-        self._forward(layers, ids, mask, pos)
+        self._prefill_forward(layers, ids, mask, pos)
         self.last_prefix_ms = (time.perf_counter() - t0) * 1000
         self.stats["prefilled_tokens"] += len(prefix) - start
         kv = [(layer.buf_k[:, :, : layer.length].clone(), layer.buf_v[:, :, : layer.length].clone())
@@ -471,7 +487,7 @@ class BatchGenerator:
             layer.length = copied + head
             layer._view()
         t0 = time.perf_counter()
-        logits = self._forward(layers, ids, mask, pos, state)
+        logits = self._prefill_forward(layers, ids, mask, pos, state)
         _share(rows, (time.perf_counter() - t0) * 1000, [len(s) for s in suffixes])
         for r in rows:
             r.prefix_tokens = prefix_len
