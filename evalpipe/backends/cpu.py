@@ -91,23 +91,3 @@ def resolve_dtype(requested: str, device: str = "cpu") -> tuple[str, str | None]
                            "slower than float32; use dtype: auto or float32")
     return requested, None
 
-
-@lru_cache(maxsize=1)
-def keep_freed_memory() -> bool:
-    """Ask glibc's malloc to keep freed blocks of up to 32 MiB for reuse instead of
-    handing them back to the kernel. The engine allocates and frees key/value buffers of
-    tens of MiB as batches grow and merge; returned memory comes back as fresh pages
-    the kernel must fault in and zero, which took about 5% of a 160-question run here
-    (1.28M page faults; 0.47M with this). False where the C library is not glibc."""
-    import ctypes
-    import ctypes.util
-
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))

@@ -28,7 +28,7 @@ from evalpipe.backends.base import (
     GenerationSettings,
     cut_plain_turn,
 )
-from evalpipe.backends.cpu import keep_freed_memory, resolve_dtype
+from evalpipe.backends.cpu import resolve_dtype
 from evalpipe.backends.models import ALIASES, resolve_model
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.records import Generation
@@ -100,8 +100,6 @@ class TransformersBackend(Backend):
                 f"cannot load model '{model_id}' (not a known alias, a local folder or a .gguf "
                 f"file, and the model hub is not reachable): {first}") from None
         self.model.to(device).eval()
-        if device == "cpu":
-            keep_freed_memory()
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
