@@ -118,7 +118,7 @@ def test_spelling_a_default_out_does_not_change_the_hash(tmp_path):
     short, long = tmp_path / "a.yaml", tmp_path / "b.yaml"
     short.write_text("name: x\nquestions: [q.jsonl]\n")
     long.write_text("name: x\nquestions: [q.jsonl]\nmax_turns: 5\nk: 3\n"
-                    "chunking: {size: 800}\ngeneration: {batch_size: 64}\n")
+                    "chunking: {size: 800}\ngeneration: {batch_size: 256}\n")
     assert load_config(short).hash() == load_config(long).hash()
 
 
