@@ -236,7 +236,11 @@ def vllm_runs(python: Path, model_dir: str, w, threads: int, levels, timeout: fl
     finally:
         if server.poll() is None:  # still serving: stop it and its workers
             os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=30)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # a worker ignoring SIGTERM: it must not outlive us
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
 
 
 # -- the table ---------------------------------------------------------------------------------

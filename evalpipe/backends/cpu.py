@@ -90,4 +90,3 @@ def resolve_dtype(requested: str, device: str = "cpu") -> tuple[str, str | None]
                            "no avx512_bf16/amx_bf16/bf16 flag) is emulated and runs many times "
                            "slower than float32; use dtype: auto or float32")
     return requested, None
-
