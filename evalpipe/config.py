@@ -119,11 +119,12 @@ class RetrievalSection(_Section):
 
 
 class GenerationSection(_Section):
-    max_new_tokens: int = Field(256, ge=1)
-    temperature: float = Field(0.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    seed: int = 0
-    batch_size: int = Field(256, ge=1)
+    # The defaults live in GenerationSettings, the one place the engine reads them from.
+    max_new_tokens: int = Field(GenerationSettings.max_new_tokens, ge=1)
+    temperature: float = Field(GenerationSettings.temperature, ge=0)
+    top_p: float = Field(GenerationSettings.top_p, gt=0, le=1)
+    seed: int = GenerationSettings.seed
+    batch_size: int = Field(GenerationSettings.batch_size, ge=1)
 
 
 class ChunkingSection(_Section):

@@ -145,7 +145,8 @@ def _make_layer_class():
 
 
 def _regrow(buf: torch.Tensor, used: int, capacity: int) -> torch.Tensor:
-    new = buf.new_empty(buf.shape[0], buf.shape[1], capacity, buf.shape[3])  # spare: see below
+    # Spare columns stay unwritten (see BatchGenerator._empty_layers).
+    new = buf.new_empty(buf.shape[0], buf.shape[1], capacity, buf.shape[3])
     new[:, :, :used] = buf[:, :, :used]
     return new
 
@@ -388,8 +389,8 @@ class BatchGenerator:
                          state: _State | None = None) -> torch.Tensor:
         """`_forward` over `ids` in chunks of columns (at most `prefill_tokens` tokens),
         each on top of the cache the earlier ones left: a chunk's queries skip attention
-        to the columns after it (a third of a long prompt's attention) and activations
-        stay bounded. The logits of the last column."""
+        to the columns after it (which one masked forward computes and discards) and
+        activations stay bounded. The logits of the last column."""
         rows, width = ids.shape
         step = max(1, self.prefill_tokens // rows)
         for c0 in range(0, width, step):
