@@ -33,6 +33,10 @@ class SharedPrefix:
     kv: list[tuple[torch.Tensor, torch.Tensor]]
     rows: torch.Tensor
 
+    def __post_init__(self):
+        # Asked once per forward, not in each layer: usually every row has the prefix.
+        self.every_row = bool(self.rows.all())
+
 
 def install(model) -> bool:
     """Switch `model` to shared-prefix attention; False when its attention is not one
@@ -106,19 +110,22 @@ def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
     p_len = pk.shape[2]
     scale = scaling if scaling is not None else dim ** -0.5
     # Query heads h = kv_head * groups + g share key head kv_head (as repeat_kv pairs them).
-    qg = query.reshape(b, kv_heads, groups * q_len, dim)
+    # The queries are scaled once, not both score blocks (exactly the same where the scale
+    # is a power of two, as 1/sqrt(64)).
+    qg = query.reshape(b, kv_heads, groups * q_len, dim) * scale
     # Prefix: every row's queries against the one stored prefix: [KVH, B*g*q, P].
     qp = qg.transpose(0, 1).reshape(kv_heads, b * groups * q_len, dim)
-    scores_p = torch.matmul(qp, pk[0].transpose(-1, -2)) * scale
+    scores_p = torch.matmul(qp, pk[0].transpose(-1, -2))
     scores_p = scores_p.reshape(kv_heads, b, groups * q_len, p_len).transpose(0, 1)
-    scores_s = torch.matmul(qg, key.transpose(-1, -2)) * scale  # [B, KVH, g*q, S]
+    scores_s = torch.matmul(qg, key.transpose(-1, -2))  # [B, KVH, g*q, S]
     scores_s = scores_s.reshape(b, kv_heads, groups, q_len, s_len)
     # The lowest finite value, not -inf: a padding query that may attend to nothing gets
     # finite (ignored) output instead of NaN, which would spread through its cache entries.
     low = torch.finfo(scores_s.dtype).min
-    scores_s = scores_s.masked_fill(~_row_mask(mask, q_len, s_len, query.device)[:, :, None], low)
+    scores_s = torch.where(_row_mask(mask, q_len, s_len, query.device)[:, :, None], scores_s, low)
     scores_p = scores_p.reshape(b, kv_heads, groups, q_len, p_len)
-    scores_p = scores_p.masked_fill(~prefix.rows.view(b, 1, 1, 1, 1), low)
+    if not prefix.every_row:
+        scores_p = scores_p.masked_fill(~prefix.rows.view(b, 1, 1, 1, 1), low)
     probs = torch.softmax(torch.cat([scores_p, scores_s], dim=-1), dim=-1)
     probs_p, probs_s = probs[..., :p_len], probs[..., p_len:]
     out_s = torch.matmul(probs_s.reshape(b, kv_heads, groups * q_len, s_len), value)
