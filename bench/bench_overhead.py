@@ -85,8 +85,9 @@ def main(argv=None) -> int:
           f"{(outside + timings['load']) / wall:.1%} counting the model load")
     processed = sum(b.batcher.stats["prefilled_tokens"] + b.batcher.stats["decoded_tokens"]
                     for b in backends)
+    attended = sum(b.batcher.stats["attended"] for b in backends)
     if backends:  # tokens the model really computed (not served from a stored cache)
-        print(f"{floor_share(backends[0].model, processed, job)} (target >= 75%)")
+        print(f"{floor_share(backends[0].model, processed, job, attended)} (target >= 75%)")
     print(f"note: {load_note()}")
     return 0
 

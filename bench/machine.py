@@ -60,11 +60,26 @@ def flops_per_token(model) -> float:
     return 2.0 * (params if tied else params - emb.numel())
 
 
-def floor_share(model, processed_tokens: int, seconds: float) -> str:
+def attention_flops_per_column(model) -> float:
+    """FLOPs of one token attending to one key column: the query-key product and the
+    weighted sum of values, 2 FLOPs per multiply-add each, in every layer and head."""
+    cfg = model.config.get_text_config(decoder=True)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return 4.0 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim
+
+
+def floor_share(model, processed_tokens: int, seconds: float, attended: int | None = None) -> str:
     """How close `seconds` came to the compute floor of `processed_tokens` tokens:
-    tokens x FLOPs per token / (measured matmul rate x seconds)."""
+    tokens x FLOPs per token / (measured matmul rate x seconds). With `attended` (key
+    columns the tokens attended to, summed), a second figure adds attention's FLOPs,
+    which grow with the context and which the first leaves out."""
     rate, fpt = matmul_rate(), flops_per_token(model)
     floor = processed_tokens * fpt / rate
-    return (f"compute floor {floor:.1f} s ({processed_tokens} tokens x {fpt / 1e6:.0f} MFLOP / "
+    line = (f"compute floor {floor:.1f} s ({processed_tokens} tokens x {fpt / 1e6:.0f} MFLOP / "
             f"{rate / 1e9:.0f} GFLOP/s measured float32 matmul) = {floor / seconds:.0%} of "
             f"{seconds:.1f} s")
+    if attended:
+        extra = attended * attention_flops_per_column(model) / rate
+        line += (f"; with attention over the context ({attended} token-columns, "
+                 f"+{extra:.1f} s): {(floor + extra) / seconds:.0%}")
+    return line

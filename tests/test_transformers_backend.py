@@ -56,6 +56,27 @@ def test_loop_equals_generate(tiny_llama, prompts_and_eos, batch_size, reuse):
         assert gen.stats["reused_tokens"] == 0
 
 
+@pytest.mark.parametrize("reuse", [False, True])
+def test_attended_columns_count_every_computed_token(tiny_llama, prompts_and_eos, reuse):
+    """`attended` sums, over the tokens the model computed, the key columns each one sees
+    (its position + 1): prompt tokens past the reused prefix, then one per decoded token
+    (the last chosen token of a row is never fed)."""
+    prompts, eos, refs = prompts_and_eos
+    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    rows = gen.generate(prompts, max_new_tokens=20, batch_size=5, prefix_reuse=reuse)
+    shared = len(common_prefix(prompts)) if reuse else 0
+    expected = sum(range(1, shared + 1))  # the shared prefix, prefilled once
+    for p, r in zip(prompts, rows):
+        computed = list(range(shared, len(p)))  # prompt positions prefilled for this row
+        fed = len(r.tokens) if not r.stopped else len(r.tokens) + 1  # chosen tokens fed back
+        computed += list(range(len(p), len(p) + fed - 1))
+        expected += sum(pos + 1 for pos in computed)
+    assert gen.stats["attended"] == expected
+    assert gen.stats["prefilled_tokens"] + gen.stats["decoded_tokens"] == \
+        shared + sum(len(p) - shared for p in prompts) + sum(
+            len(r.tokens) + r.stopped - 1 for r in rows)
+
+
 @pytest.mark.parametrize("chunk", [1, 7, 40])
 @pytest.mark.parametrize("reuse", [False, True])
 def test_chunked_prefill_equals_generate(tiny_llama, prompts_and_eos, chunk, reuse):

@@ -295,8 +295,10 @@ class BatchGenerator:
         # (a copy, in at most a quarter of the free memory) instead of on every call.
         self.packed = packed_linear.PackedLinears.install(
             model, int(available_memory(self.device) * 0.25)) if self.device.type == "cpu" else None
+        # `attended`: key columns the computed tokens attended to, summed (each token sees
+        # every position up to its own): the context-dependent part of the compute.
         self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_steps": 0,
-                      "decoded_tokens": 0, "turn_reused_tokens": 0}
+                      "decoded_tokens": 0, "turn_reused_tokens": 0, "attended": 0}
         # Keep each conversation's cache between its turns, in at most this share of
         # the free memory (0 turns it off).
         self.turn_memory_fraction = 0.25
@@ -440,6 +442,7 @@ class BatchGenerator:
         self._prefill_forward(layers, ids, mask, pos)
         self.last_prefix_ms = (time.perf_counter() - t0) * 1000
         self.stats["prefilled_tokens"] += len(prefix) - start
+        self.stats["attended"] += _positions_sum(start, len(prefix))
         kv = [(layer.buf_k[:, :, : layer.length].clone(), layer.buf_v[:, :, : layer.length].clone())
               for layer in layers]
         if self.store is not None:
@@ -493,6 +496,8 @@ class BatchGenerator:
         for r in rows:
             r.prefix_tokens = prefix_len
         self.stats["prefilled_tokens"] += sum(len(s) for s in suffixes)
+        self.stats["attended"] += sum(_positions_sum(len(r.prompt) - len(s), len(r.prompt))
+                                      for r, s in zip(rows, suffixes))
         self.stats["reused_tokens"] += prefix_len * n
         self.stats["turn_reused_tokens"] += sum(r.head for r in rows)
         next_pos = torch.tensor([len(r.prompt) for r in rows], dtype=torch.long,
@@ -782,11 +787,19 @@ class DecodeSession:
         logits = gen._forward(state.layers, state.last[:, None], mask, state.pos[:, None], state)
         gen.stats["decode_steps"] += 1
         gen.stats["decoded_tokens"] += len(alive)
+        # The token fed is a row's last chosen one: it sits at position prompt + out - 1.
+        gen.stats["attended"] += sum(len(state.rows[j].prompt) + len(state.rows[j].out)
+                                     for j in alive)
         state.mask, state.pos = mask, state.pos + 1
         chosen = self._choose(logits, state.rows)
         state.last = chosen
         still = self._take(state, alive, chosen[alive])
         self.alive = [alive[i] for i in still]
+
+
+def _positions_sum(start: int, end: int) -> int:
+    """Key columns attended by tokens at positions start..end-1 (position p sees p + 1)."""
+    return (end * (end + 1) - start * (start + 1)) // 2
 
 
 def _share(rows: list[_Row], ms: float, tokens: list[int]) -> None:
