@@ -95,13 +95,15 @@ def _with_prefix(key, value, mask, prefix: SharedPrefix, layer: int, q_len: int)
 
 
 def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
-    """Softmax over [prefix columns | row columns] for every query.
+    """Softmax over [prefix columns | row columns] for every query, as two blocks that
+    share one maximum and one sum (no concatenated copy of the scores).
 
     query [B, H, q, D]; key/value [B, KVH, S, D] (the rows' own tokens); mask: a
     boolean [B, 1, q, S] (True = attend), a float mask, or None (causal only)."""
     b, heads, q_len, dim = query.shape
     kv_heads, s_len = key.shape[1], key.shape[2]
     groups = heads // kv_heads
+    gq = groups * q_len
     pk, pv = prefix.kv[module.layer_idx]
     # Scores and sums in float32 whatever the model's dtype, as the fused kernels keep
     # them: bfloat16 scores (8-bit mantissa) drift visibly from float32 answers.
@@ -112,25 +114,26 @@ def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
     # Query heads h = kv_head * groups + g share key head kv_head (as repeat_kv pairs them).
     # The queries are scaled once, not both score blocks (exactly the same where the scale
     # is a power of two, as 1/sqrt(64)).
-    qg = query.reshape(b, kv_heads, groups * q_len, dim) * scale
-    # Prefix: every row's queries against the one stored prefix: [KVH, B*g*q, P].
-    qp = qg.transpose(0, 1).reshape(kv_heads, b * groups * q_len, dim)
-    scores_p = torch.matmul(qp, pk[0].transpose(-1, -2))
-    scores_p = scores_p.reshape(kv_heads, b, groups * q_len, p_len).transpose(0, 1)
+    qg = query.reshape(b, kv_heads, gq, dim) * scale
+    # Prefix: every row's queries against the one stored prefix, [KVH, B, g*q, P]: one
+    # matrix product per key head for the whole batch.
+    scores_p = torch.matmul(qg.transpose(0, 1).reshape(kv_heads, b * gq, dim),
+                            pk[0].transpose(-1, -2)).reshape(kv_heads, b, gq, p_len)
     scores_s = torch.matmul(qg, key.transpose(-1, -2))  # [B, KVH, g*q, S]
-    scores_s = scores_s.reshape(b, kv_heads, groups, q_len, s_len)
     # The lowest finite value, not -inf: a padding query that may attend to nothing gets
     # finite (ignored) output instead of NaN, which would spread through its cache entries.
     low = torch.finfo(scores_s.dtype).min
-    scores_s = torch.where(_row_mask(mask, q_len, s_len, query.device)[:, :, None], scores_s, low)
-    scores_p = scores_p.reshape(b, kv_heads, groups, q_len, p_len)
+    own = _row_mask(mask, q_len, s_len, query.device)[:, :, None]  # [B, 1, 1, q, S]
+    scores_s = torch.where(own, scores_s.view(b, kv_heads, groups, q_len, s_len), low)
+    scores_s = scores_s.view(b, kv_heads, gq, s_len)
     if not prefix.every_row:
-        scores_p = scores_p.masked_fill(~prefix.rows.view(b, 1, 1, 1, 1), low)
-    probs = torch.softmax(torch.cat([scores_p, scores_s], dim=-1), dim=-1)
-    probs_p, probs_s = probs[..., :p_len], probs[..., p_len:]
-    out_s = torch.matmul(probs_s.reshape(b, kv_heads, groups * q_len, s_len), value)
-    pp = probs_p.reshape(b, kv_heads, groups * q_len, p_len).transpose(0, 1)
-    out_p = torch.matmul(pp.reshape(kv_heads, b * groups * q_len, p_len), pv[0])
-    out_p = out_p.reshape(kv_heads, b, groups * q_len, dim).transpose(0, 1)
-    out = (out_s + out_p).reshape(b, kv_heads, groups, q_len, dim).reshape(b, heads, q_len, dim)
+        scores_p = scores_p.masked_fill(~prefix.rows.view(1, b, 1, 1), low)
+    top = torch.maximum(scores_s.amax(-1, keepdim=True),
+                        scores_p.amax(-1, keepdim=True).transpose(0, 1))  # [B, KVH, g*q, 1]
+    exp_s = scores_s.sub_(top).exp_()
+    exp_p = scores_p.sub_(top.transpose(0, 1)).exp_()
+    total = exp_s.sum(-1, keepdim=True) + exp_p.sum(-1, keepdim=True).transpose(0, 1)
+    out_p = torch.matmul(exp_p.view(kv_heads, b * gq, p_len), pv[0])
+    out = torch.matmul(exp_s, value) + out_p.view(kv_heads, b, gq, dim).transpose(0, 1)
+    out = (out / total).reshape(b, heads, q_len, dim)
     return out.transpose(1, 2).contiguous().to(dtype), None
