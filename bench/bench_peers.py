@@ -3,6 +3,7 @@
     python bench/bench_peers.py                                  # everything, full size
     python bench/bench_peers.py --n 16 --workloads W1 --peers lm-eval
     python bench/bench_peers.py --peers none                     # evalpipe and the ceiling only
+    python bench/bench_peers.py --workloads W1,W2,W2f,W3:48      # W3 on its first 48 questions
 
 Workloads (bench/workloads.py): W1 single-turn arithmetic, W2 agent loop with
 the calculator, W2f the forced-plan loop (evalpipe and vLLM only: it needs
@@ -262,7 +263,8 @@ def main(argv=None) -> int:
     # so a vLLM server started here is stopped with it instead of left serving.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default="W1,W2,W2f,W3")
+    ap.add_argument("--workloads", default="W1,W2,W2f,W3",
+                    help="comma-separated; NAME:N runs the first N questions of one workload")
     ap.add_argument("--peers", default="lm-eval,inspect,vllm", help="or 'none'")
     ap.add_argument("--n", type=int, default=None,
                     help="questions per workload (default: W1 160, W2 64, W3 all)")
@@ -294,8 +296,9 @@ def main(argv=None) -> int:
     for p, py in pythons.items():
         print(f"peer {p}: {py}")
     run_engine(backend, build("W1", 2, 4))  # warm-up
-    for name in args.workloads.split(","):
-        w = build(name, args.n, args.max_new_tokens)
+    for spec in args.workloads.split(","):
+        name, _, size = spec.partition(":")
+        w = build(name, int(size) if size else args.n, args.max_new_tokens)
         n = len(w.questions)
         print(f"\n### {w.label}: {n} questions, up to {w.max_turns} turns\n")
         print("| system | wall s | questions/s | tokens/s | wall / evalpipe's | load before -> "
