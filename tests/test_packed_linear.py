@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evalpipe.backends import packed_linear
+from evalpipe.backends import fused_layer, packed_linear
 from evalpipe.backends.batching import BatchGenerator, PrefixStore
 from evalpipe.backends.packed_linear import PackedLinears
 from tests import helpers
@@ -20,8 +20,8 @@ def test_packed_layers_are_close_and_only_on_inside_active():
     plain = helpers.tiny_llama()  # same seed: the same weights, never packed
     packed = PackedLinears.install(model, budget_bytes=1 << 30)
     assert packed is not None and packed.layers == 2 * 7 + 1  # 7 per layer + the head
-    x = torch.randn(16, 64)
-    layer, reference = model.model.layers[0].mlp.up_proj, plain.model.layers[0].mlp.up_proj
+    layer, reference = model.model.layers[0].mlp.down_proj, plain.model.layers[0].mlp.down_proj
+    x = torch.randn(16, 128)
     with torch.inference_mode():
         assert torch.equal(layer(x), reference(x))  # off: the stock kernel, bit for bit
         with packed.active():
@@ -30,6 +30,46 @@ def test_packed_layers_are_close_and_only_on_inside_active():
         assert torch.allclose(inside, reference(x), rtol=1e-5, atol=1e-6)
         ids = torch.tensor([[5, 9, 17, 3, 40]])
         assert torch.equal(model(ids).logits, plain(ids).logits)  # generate's path untouched
+
+
+def test_llama_layers_run_fused_projections_inside_active(monkeypatch):
+    model = helpers.tiny_llama()
+    plain = helpers.tiny_llama()
+    widths = []  # output width of every packed product
+    real = packed_linear._packed_matmul
+    monkeypatch.setattr(packed_linear, "_packed_matmul",
+                        lambda *a: widths.append(real(*a).shape[-1]) or real(*a))
+    packed = PackedLinears.install(model, budget_bytes=1 << 30)
+    widths.clear()  # the install's own probe
+    assert all(fused_layer.fusable(layer) for layer in model.model.layers)
+    ids = torch.tensor([[5, 9, 17, 3, 40, 41], [6, 2, 88, 31, 7, 12]])
+    with torch.inference_mode():
+        with packed.active():
+            inside = model(ids).logits
+        assert torch.allclose(inside, plain(ids).logits, rtol=1e-4, atol=1e-5)
+        widths_inside = list(widths)
+        assert torch.equal(model(ids).logits, plain(ids).logits)  # off: the stock layers
+    # Per layer q|k|v (64 + 32 + 32) and gate|up (2 x 128) as one product each, then o and
+    # down; the head last.
+    assert widths_inside == [128, 64, 256, 64] * 2 + [96]
+    assert widths == widths_inside
+
+
+def test_layers_of_another_layout_keep_their_own_projections():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, attention_bias=True)
+    model = LlamaForCausalLM(config).eval()
+    assert not fused_layer.fusable(model.model.layers[0])
+    stock = model.model.layers[0].forward
+    packed = PackedLinears.install(model, budget_bytes=1 << 30)
+    assert packed is not None and model.model.layers[0].forward == stock
+    x = torch.randn(8, 64)
+    q = model.model.layers[0].self_attn.q_proj
+    with torch.inference_mode(), packed.active():
+        assert torch.allclose(q(x), torch.nn.functional.linear(x, q.weight, q.bias),
+                              rtol=1e-5, atol=1e-6)
 
 
 def test_nothing_is_packed_beyond_the_memory_budget():

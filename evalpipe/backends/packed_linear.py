@@ -14,7 +14,8 @@ own forward calls, so `model.generate` (the reference the engine's greedy
 replies are tested against) still runs the model's stock layers. The two
 kernels sum in different orders, so logits differ in the last bits, as the
 stock kernel's own results differ between batch sizes; greedy replies are
-tested identical.
+tested identical. Decoder layers of the plain Llama layout get their q/k/v and
+gate/up projections fused into one packed product each (`fused_layer`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,22 @@ from contextlib import contextmanager
 
 import torch
 
+from evalpipe.backends import fused_layer
+
 MIN_ROWS = 4  # below this many rows the stock kernel is as fast (one-request decode)
 
 
 def _kernels_present() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
                                                             "_reorder_linear_weight")
+
+
+def _pack(weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight, 64)
+
+
+def _matmul(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    return _packed_matmul(x, packed, None)
 
 
 def _packed_matmul(x: torch.Tensor, packed: torch.Tensor, bias) -> torch.Tensor:
@@ -59,23 +70,28 @@ class PackedLinears:
         if not linears or size > budget_bytes or not _kernels_present():
             return None
         self = cls()
-        packs = []
         with torch.inference_mode():
             try:
-                for m in linears:
-                    packs.append(torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), 64))
                 first = linears[0]
                 probe = torch.randn(8, first.in_features, generator=torch.Generator().manual_seed(0)
                                     ).to(first.weight.dtype)
-                got = _packed_matmul(probe, packs[0], first.bias)
+                got = _packed_matmul(probe, _pack(first.weight.detach()), first.bias)
                 if not torch.allclose(got.float(), first(probe).float(), rtol=2e-2, atol=1e-3):
                     return None  # a kernel this build gets wrong: keep the stock layers
+                # Decoder layers of the Llama layout run their q/k/v and gate/up projections
+                # as two fused products; their linears need no packed copy of their own.
+                fused = {id(m) for layer in model.modules() if fused_layer.fusable(layer)
+                         for m in fused_layer.fuse(layer, _pack, _matmul, self._fused_on)}
+                packs = [(m, _pack(m.weight.detach())) for m in linears if id(m) not in fused]
             except RuntimeError:
                 return None
-        for m, packed in zip(linears, packs):
+        for m, packed in packs:
             m.forward = functools.partial(self._forward, m.forward, packed, m.bias)
         self.layers, self.nbytes = len(linears), size
         return self
+
+    def _fused_on(self, x: torch.Tensor) -> bool:
+        return self.on and x.numel() >= MIN_ROWS * x.shape[-1]
 
     def _forward(self, stock, packed: torch.Tensor, bias, x: torch.Tensor) -> torch.Tensor:
         if not self.on or x.numel() < MIN_ROWS * x.shape[-1]:

@@ -1,0 +1,87 @@
+"""Llama decoder layers with fused projections, for the batching loop on CPU.
+
+A decoder layer of a Llama-family model runs seven linear layers: q, k, v, o,
+gate, up and down. With the few dozen rows of a decode step each is a small
+multiply (k and v are 576 x 192 in SmolLM2), and each call has its own fixed
+cost. Here q, k and v share one packed weight and gate and up another, so a
+layer makes four calls instead of seven; the rotary embedding turns the
+queries and keys in one pass, and the norms run as one fused op (bitwise the
+same as the model's own). Everything else (the cache update, the attention
+function, the residuals) is the model's.
+
+The fused forward runs only while its `PackedLinears` is on (inside the
+engine's own forward calls) and with at least `MIN_ROWS` tokens; otherwise
+the layer's stock forward runs, so `model.generate` is unchanged. The fused
+products sum in the same order per output as the separate ones where oneDNN
+blocks them alike; greedy replies are tested identical to `generate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+def fusable(layer) -> bool:
+    """A plain Llama decoder layer: no biases, SiLU MLP, RMS norms (the layout fused here)."""
+    from transformers.models.llama import modeling_llama as llama
+
+    attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+    return (type(layer) is llama.LlamaDecoderLayer and type(attn) is llama.LlamaAttention
+            and type(mlp) is llama.LlamaMLP
+            and type(layer.input_layernorm) is llama.LlamaRMSNorm
+            and type(layer.post_attention_layernorm) is llama.LlamaRMSNorm
+            and all(m.bias is None for m in (attn.q_proj, attn.k_proj, attn.v_proj,
+                                             mlp.gate_proj, mlp.up_proj))
+            and getattr(getattr(mlp, "config", None), "hidden_act", None) == "silu")
+
+
+def fuse(layer, pack: Callable[[torch.Tensor], torch.Tensor],
+         matmul: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+         on: Callable[[torch.Tensor], bool]) -> list[torch.nn.Module]:
+    """Give `layer` a forward on fused packed weights (used while `on(hidden)` holds);
+    returns the linears it now covers, which need no packed copy of their own."""
+    attn, mlp = layer.self_attn, layer.mlp
+    heads = attn.q_proj.out_features // attn.head_dim
+    kv_heads = attn.k_proj.out_features // attn.head_dim
+    dim, inner = attn.head_dim, mlp.gate_proj.out_features
+    qkv = pack(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach())
+    gate_up = pack(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach())
+    norm_in, norm_post = layer.input_layernorm, layer.post_attention_layernorm
+    stock = layer.forward
+
+    def forward(hidden_states, attention_mask=None, position_ids=None, cache=None,
+                use_cache=False, position_embeddings=None, **kwargs):
+        if not on(hidden_states):
+            return stock(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
+                         cache=cache, use_cache=use_cache,
+                         position_embeddings=position_embeddings, **kwargs)
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+        from transformers.models.llama.modeling_llama import eager_attention_forward
+
+        b, t, width = hidden_states.shape
+        h = F.rms_norm(hidden_states, (width,), norm_in.weight, norm_in.variance_epsilon)
+        y = matmul(h, qkv).view(b, t, heads + 2 * kv_heads, dim).transpose(1, 2)
+        qk, value = y[:, : heads + kv_heads], y[:, heads + kv_heads:]
+        cos, sin = (e.unsqueeze(1) for e in position_embeddings)
+        # The model's rotary embedding (x cos + rotate_half(x) sin, rounded alike), for
+        # queries and keys in one pass.
+        half = dim // 2
+        turned = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
+        qk = (qk * cos).add_(turned.mul_(sin))
+        query, key = qk[:, :heads], qk[:, heads:]
+        key, value = cache.update(key, value, attn.layer_idx, kwargs=kwargs)
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation,
+                                                          eager_attention_forward)
+        out, _ = attention(attn, query, key, value, attention_mask, dropout=0.0,
+                           scaling=attn.scaling, position_ids=position_ids,
+                           use_cache=use_cache, **kwargs)
+        hidden_states = hidden_states + attn.o_proj(out.reshape(b, t, -1))
+        h = F.rms_norm(hidden_states, (width,), norm_post.weight, norm_post.variance_epsilon)
+        g = matmul(h, gate_up)
+        return hidden_states + mlp.down_proj(F.silu(g[..., :inner]).mul_(g[..., inner:]))
+
+    layer.forward = forward
+    return [attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj]
