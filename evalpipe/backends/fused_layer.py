@@ -28,9 +28,10 @@ def fusable(layer) -> bool:
     """A plain Llama decoder layer: no biases, SiLU MLP, RMS norms (the layout fused here)."""
     from transformers.models.llama import modeling_llama as llama
 
-    attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-    return (type(layer) is llama.LlamaDecoderLayer and type(attn) is llama.LlamaAttention
-            and type(mlp) is llama.LlamaMLP
+    if type(layer) is not llama.LlamaDecoderLayer:
+        return False
+    attn, mlp = layer.self_attn, layer.mlp
+    return (type(attn) is llama.LlamaAttention and type(mlp) is llama.LlamaMLP
             and type(layer.input_layernorm) is llama.LlamaRMSNorm
             and type(layer.post_attention_layernorm) is llama.LlamaRMSNorm
             and all(m.bias is None for m in (attn.q_proj, attn.k_proj, attn.v_proj,
