@@ -11,9 +11,10 @@ function, the residuals) is the model's.
 
 The fused forward runs only while its `PackedLinears` is on (inside the
 engine's own forward calls) and with at least `MIN_ROWS` tokens; otherwise
-the layer's stock forward runs, so `model.generate` is unchanged. The fused
-products sum in the same order per output as the separate ones where oneDNN
-blocks them alike; greedy replies are tested identical to `generate`.
+the layer's stock forward runs, so `model.generate` is unchanged. A fused
+product may round differently in the last bits from the separate ones (as the
+packed kernel does from the stock one); greedy replies are tested identical to
+`generate`, and were identical on whole workloads (docs/speed.md).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def fuse(layer, pack: Callable[[torch.Tensor], torch.Tensor],
     gate_up = pack(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach())
     norm_in, norm_post = layer.input_layernorm, layer.post_attention_layernorm
     stock = layer.forward
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.models.llama.modeling_llama import eager_attention_forward
 
     def forward(hidden_states, attention_mask=None, position_ids=None, cache=None,
                 use_cache=False, position_embeddings=None, **kwargs):
@@ -59,9 +62,6 @@ def fuse(layer, pack: Callable[[torch.Tensor], torch.Tensor],
             return stock(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
                          cache=cache, use_cache=use_cache,
                          position_embeddings=position_embeddings, **kwargs)
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-        from transformers.models.llama.modeling_llama import eager_attention_forward
-
         b, t, width = hidden_states.shape
         h = F.rms_norm(hidden_states, (width,), norm_in.weight, norm_in.variance_epsilon)
         y = matmul(h, qkv).view(b, t, heads + 2 * kv_heads, dim).transpose(1, 2)
