@@ -81,7 +81,7 @@ class PackedLinears:
                 # Decoder layers of the Llama layout run their q/k/v and gate/up projections
                 # as two fused products; their linears need no packed copy of their own.
                 fused = {id(m) for layer in model.modules() if fused_layer.fusable(layer)
-                         for m in fused_layer.fuse(layer, _pack, _matmul, self._fused_on)}
+                         for m in fused_layer.fuse(layer, _pack, _matmul, self._packed_for)}
                 packs = [(m, _pack(m.weight.detach())) for m in linears if id(m) not in fused]
             except RuntimeError:
                 return None
@@ -90,11 +90,12 @@ class PackedLinears:
         self.layers, self.nbytes = len(linears), size
         return self
 
-    def _fused_on(self, x: torch.Tensor) -> bool:
+    def _packed_for(self, x: torch.Tensor) -> bool:
+        """Whether `x` takes the packed weights: inside `active()`, with enough rows."""
         return self.on and x.numel() >= MIN_ROWS * x.shape[-1]
 
     def _forward(self, stock, packed: torch.Tensor, bias, x: torch.Tensor) -> torch.Tensor:
-        if not self.on or x.numel() < MIN_ROWS * x.shape[-1]:
+        if not self._packed_for(x):
             return stock(x)
         return _packed_matmul(x, packed, bias)
 
