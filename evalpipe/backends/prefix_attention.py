@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from evalpipe.backends import own_attention
+
 NAME = "evalpipe_shared_prefix"
 
 
@@ -119,13 +121,18 @@ def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
     # matrix product per key head for the whole batch.
     scores_p = torch.matmul(qg.transpose(0, 1).reshape(kv_heads, b * gq, dim),
                             pk[0].transpose(-1, -2)).reshape(kv_heads, b, gq, p_len)
-    scores_s = torch.matmul(qg, key.transpose(-1, -2))  # [B, KVH, g*q, S]
     # The lowest finite value, not -inf: a padding query that may attend to nothing gets
     # finite (ignored) output instead of NaN, which would spread through its cache entries.
-    low = torch.finfo(scores_s.dtype).min
+    low = torch.finfo(torch.float32).min
     own = _row_mask(mask, q_len, s_len, query.device)[:, :, None]  # [B, 1, 1, q, S]
-    scores_s = torch.where(own, scores_s.view(b, kv_heads, groups, q_len, s_len), low)
-    scores_s = scores_s.view(b, kv_heads, gq, s_len)
+    native = own_attention.usable(query, key, value)  # one query token: the C kernel
+    if native:
+        cols = own[:, 0, 0, 0].expand(b, s_len)
+        scores_s = own_attention.scores(qg, key, cols, low)  # [B, KVH, g, S]
+    else:
+        scores_s = torch.matmul(qg, key.transpose(-1, -2))  # [B, KVH, g*q, S]
+        scores_s = torch.where(own, scores_s.view(b, kv_heads, groups, q_len, s_len), low)
+        scores_s = scores_s.view(b, kv_heads, gq, s_len)
     if not prefix.every_row:
         scores_p = scores_p.masked_fill(~prefix.rows.view(1, b, 1, 1), low)
     top = torch.maximum(scores_s.amax(-1, keepdim=True),
@@ -134,6 +141,7 @@ def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
     exp_p = scores_p.sub_(top.transpose(0, 1)).exp_()
     total = exp_s.sum(-1, keepdim=True) + exp_p.sum(-1, keepdim=True).transpose(0, 1)
     out_p = torch.matmul(exp_p.view(kv_heads, b * gq, p_len), pv[0])
-    out = torch.matmul(exp_s, value) + out_p.view(kv_heads, b, gq, dim).transpose(0, 1)
+    out = own_attention.values(exp_s, value, cols) if native else torch.matmul(exp_s, value)
+    out = out + out_p.view(kv_heads, b, gq, dim).transpose(0, 1)
     out = (out / total).reshape(b, heads, q_len, dim)
     return out.transpose(1, 2).contiguous().to(dtype), None
