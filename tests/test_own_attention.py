@@ -110,3 +110,10 @@ def test_kernel_not_taken_for_prefill_or_bfloat16():
     key = value = torch.randn(2, 2, 5, 8)
     assert not own_attention.usable(query, key, value)
     assert not own_attention.usable(query[:, :, :1], key.bfloat16(), value.bfloat16())
+
+
+@needs_compiler
+def test_a_mask_that_is_not_bool_is_refused():
+    qg, key = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 4, 8)
+    with pytest.raises(TypeError, match="bool"):
+        own_attention.scores(qg, key, torch.ones(1, 4, dtype=torch.long), -1.0)

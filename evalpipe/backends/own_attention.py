@@ -71,10 +71,12 @@ def kernel() -> ctypes.CDLL | None:
     return lib
 
 
-def _built() -> ctypes.CDLL:
+def _built(mask: torch.Tensor) -> ctypes.CDLL:
     lib = kernel()
     if lib is None:
         raise RuntimeError("the own-attention kernel is not built: check usable() first")
+    if mask.dtype != torch.bool:  # the kernel reads one byte a column
+        raise TypeError(f"own-attention mask must be bool, got {mask.dtype}")
     return lib
 
 
@@ -93,7 +95,7 @@ def scores(qg: torch.Tensor, key: torch.Tensor, mask: torch.Tensor, low: float) 
     s = key.shape[2]
     qg, mask = qg.contiguous(), mask.contiguous()
     out = torch.empty(b, kvh, g, s, dtype=torch.float32)
-    _built().own_scores(qg.data_ptr(), key.data_ptr(), mask.data_ptr(), out.data_ptr(),
+    _built(mask).own_scores(qg.data_ptr(), key.data_ptr(), mask.data_ptr(), out.data_ptr(),
                         b, kvh, g, s, d, *key.stride()[:3], low, torch.get_num_threads())
     return out
 
@@ -105,6 +107,6 @@ def values(weights: torch.Tensor, value: torch.Tensor, mask: torch.Tensor) -> to
     d = value.shape[3]
     weights, mask = weights.contiguous(), mask.contiguous()
     out = torch.empty(b, kvh, g, d, dtype=torch.float32)
-    _built().own_values(weights.data_ptr(), value.data_ptr(), mask.data_ptr(), out.data_ptr(),
+    _built(mask).own_values(weights.data_ptr(), value.data_ptr(), mask.data_ptr(), out.data_ptr(),
                         b, kvh, g, s, d, *value.stride()[:3], torch.get_num_threads())
     return out
