@@ -253,13 +253,29 @@ def vllm_runs(python: Path, model_dir: str, w, threads: int, levels, timeout: fl
                 best = r
         return best
     finally:
-        if server.poll() is None:  # still serving: stop it and its workers
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:  # a worker ignoring SIGTERM: it must not outlive us
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+        stop_group(server)
+
+
+def stop_group(server: subprocess.Popen) -> None:
+    """Stop the server and every process of its group, and return only when they are
+    gone: vLLM's engine and worker processes outlive the API server by seconds while
+    they free gigabytes, and the next row must not run beside them."""
+    def alive() -> bool:
+        try:
+            os.killpg(server.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    if alive():
+        os.killpg(server.pid, signal.SIGTERM)
+    end = time.time() + 30
+    while alive() and time.time() < end:
+        server.poll()  # reap the server itself, so that its group can empty
+        time.sleep(0.2)
+    if alive():  # a worker ignoring SIGTERM: it must not outlive us
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
 
 
 # -- the table ---------------------------------------------------------------------------------
