@@ -267,14 +267,18 @@ def stop_group(server: subprocess.Popen) -> None:
         except ProcessLookupError:
             return False
 
+    def wait(seconds: float) -> None:
+        end = time.time() + seconds
+        while alive() and time.time() < end:
+            server.poll()  # reap the server itself, so that its group can empty
+            time.sleep(0.2)
+
     if alive():
         os.killpg(server.pid, signal.SIGTERM)
-    end = time.time() + 30
-    while alive() and time.time() < end:
-        server.poll()  # reap the server itself, so that its group can empty
-        time.sleep(0.2)
+        wait(30)
     if alive():  # a worker ignoring SIGTERM: it must not outlive us
         os.killpg(server.pid, signal.SIGKILL)
+        wait(10)
     server.wait()
 
 
