@@ -4,8 +4,9 @@
  * taken together, so each key and value row is read once for all of them. Masked
  * columns (left padding, the gaps a merge of batches leaves) are skipped, not
  * multiplied. At these shapes (3 x 64 queries against a few hundred keys per row
- * and key head) torch's batched products run at about half the speed of these
- * loops (docs/speed.md).
+ * and key head) torch's batched products took about twice as long as these loops
+ * (48 rows x 150 columns, 2 threads, cache warm: scores 281 vs 132 us, values 266
+ * vs 153 us).
  *
  * Layouts (float32): q [rows, heads, groups, dim] and scores/weights
  * [rows, heads, groups, len] contiguous; keys and values by strides (elements) per

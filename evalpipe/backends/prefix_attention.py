@@ -127,7 +127,7 @@ def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
     own = _row_mask(mask, q_len, s_len, query.device)[:, :, None]  # [B, 1, 1, q, S]
     native = own_attention.usable(query, key, value)  # one query token: the C kernel
     if native:
-        cols = own[:, 0, 0, 0].expand(b, s_len)
+        cols = own[:, 0, 0, 0].expand(b, s_len).contiguous()  # once for both products
         scores_s = own_attention.scores(qg, key, cols, low)  # [B, KVH, g, S]
     else:
         scores_s = torch.matmul(qg, key.transpose(-1, -2))  # [B, KVH, g*q, S]
