@@ -12,6 +12,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -34,7 +35,7 @@ class GenerationCache:
         # once, and the busy timeout makes a writer wait its turn instead of failing.
         self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
         self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        self._db.execute("PRAGMA journal_mode=WAL")
+        _switch_to_wal(self._db)
         self._db.execute(_SCHEMA)
         self._db.commit()
         self._lock = threading.Lock()
@@ -106,6 +107,22 @@ class GenerationCache:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _switch_to_wal(db: sqlite3.Connection) -> None:
+    """Put the database in WAL mode. The switch needs the database to itself and,
+    unlike other statements, fails at once instead of waiting when another
+    process holds it (two runs opening a new cache together), so it is retried
+    here for as long as the busy timeout would have waited."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 class _CachedSession(GenerationSession):

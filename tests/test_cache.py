@@ -43,28 +43,38 @@ def test_errors_are_not_cached(tmp_path):
 
 
 _WRITER = """
-import sys
+import sys, time
 from evalpipe.cache import GenerationCache
 from evalpipe.records import Generation
 
-cache = GenerationCache(sys.argv[1])
-for i in range(int(sys.argv[3])):
-    cache._put_many([(f"{sys.argv[2]}-{i}", Generation(f"reply {i}"))])
-    assert cache._get_many([f"{sys.argv[2]}-{i}"])
-cache.close()
+folder, name, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+for db in range(10):
+    # every writer opens each new cache at one instant
+    time.sleep(max(0.0, start + 0.3 * db - time.time()))
+    cache = GenerationCache(f"{folder}/shared{db}.sqlite")
+    for i in range(20):
+        cache._put_many([(f"{name}-{i}", Generation(f"reply {i}"))])
+        assert cache._get_many([f"{name}-{i}"])
+    cache.close()
 """
 
 
-def test_two_processes_share_the_cache_without_lock_errors_or_lost_entries(tmp_path):
+def test_processes_share_a_new_cache_without_lock_errors_or_lost_entries(tmp_path):
+    """Runs that open one new cache at the same instant all work: switching it to
+    WAL mode does not wait on its own, which once failed a run with 'database is
+    locked'."""
     import subprocess
     import sys
+    import time
 
-    path = tmp_path / "shared.sqlite"
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(path), name, "300"],
-                              stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
+    names = ("a", "b", "c", "d", "e", "f")
+    start = time.time() + 3.0  # past every writer's imports
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path), name, str(start)],
+                              stderr=subprocess.PIPE, text=True) for name in names]
     errors = [p.communicate()[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errors
-    cache = GenerationCache(path)
-    keys = [f"{n}-{i}" for n in ("a", "b") for i in range(300)]
-    assert len(cache._get_many(keys)) == 600
-    cache.close()
+    assert [p.returncode for p in procs] == [0] * len(names), errors
+    keys = [f"{n}-{i}" for n in names for i in range(20)]
+    for db in range(10):
+        cache = GenerationCache(tmp_path / f"shared{db}.sqlite")
+        assert len(cache._get_many(keys)) == len(keys)
+        cache.close()
