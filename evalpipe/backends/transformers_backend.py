@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from evalpipe.backends import batching
+from evalpipe.backends import allocator, batching
 from evalpipe.backends.base import (
     PLAIN_TEMPLATE,
     Backend,
@@ -100,6 +100,8 @@ class TransformersBackend(Backend):
                 f"cannot load model '{model_id}' (not a known alias, a local folder or a .gguf "
                 f"file, and the model hub is not reachable): {first}") from None
         self.model.to(device).eval()
+        if device == "cpu":
+            allocator.keep_freed_memory()
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token

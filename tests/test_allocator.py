@@ -1,0 +1,40 @@
+"""Freed buffers stay in the process (so the next one is not page-faulted anew)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+_CHILD = """
+import os, sys
+import torch
+from evalpipe.backends import allocator
+
+def rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+print(allocator.keep_freed_memory())
+buf = torch.ones(64 * 2**20 // 4)  # 64 MiB, above glibc's largest mmap threshold
+held = rss_mib()
+del buf
+print(held - rss_mib())  # MiB given back to the system when freed
+"""
+
+
+def _run(keep: str) -> tuple[str, float]:
+    env = {**os.environ, "EVALPIPE_KEEP_MEMORY": keep}
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    return out[0], float(out[1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_freed_memory_is_kept_unless_switched_off():
+    kept, returned = _run("1")
+    assert kept == "True" and returned < 8
+    kept, returned = _run("0")
+    assert kept == "False" and returned > 56  # malloc as it is: the 64 MiB go back at once
