@@ -9,7 +9,7 @@ import sys
 import pytest
 
 _CHILD = """
-import os, sys
+import os
 import torch
 from evalpipe.backends import allocator
 
