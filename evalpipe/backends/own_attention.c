@@ -1,33 +1,46 @@
-/* The two products of a decode step's attention over each row's own cached tokens.
+/* A decode step's whole attention for each row: scores against the shared prefix and
+ * against the row's own cached tokens, one softmax over both, and the weighted sum of
+ * their values, in one pass per row and key head.
  *
  * One query token per row; the query heads that share a key head ("groups") are
  * taken together, so each key and value row is read once for all of them. Masked
  * columns (left padding, the gaps a merge of batches leaves) are skipped, not
- * multiplied. At these shapes (3 x 64 queries against a few hundred keys per row
- * and key head) torch's batched products took about twice as long as these loops
- * (48 rows x 150 columns, 2 threads, cache warm: scores 281 vs 132 us, values 266
- * vs 153 us).
+ * multiplied. The prefix keys come transposed ([dim, positions], once per prefix), so
+ * their scores are plain vector products over 32 positions at a time with no sums
+ * across lanes; the own tokens' keys stay in the cache's layout.
  *
- * Layouts (float32): q [rows, heads, groups, dim] and scores/weights
- * [rows, heads, groups, len] contiguous; keys and values by strides (elements) per
- * row, head and position, unit stride along dim; mask [rows, len] bytes, 1 = attend.
+ * torch did this as two batched products per block, a concatenation-free softmax of
+ * six elementwise passes, and a transpose: at these shapes (3 x 64 queries against a
+ * few hundred keys per row and key head) its products ran at about half the speed of
+ * these loops and every pass re-read the scores from memory.
+ *
+ * Layouts (float32): q [rows, heads, groups, dim] contiguous; prefix keys [heads, dim,
+ * ppad] (zero padded) and values by strides (head, position); own keys and values by
+ * strides (row, head, position), unit stride along dim; prow [rows] and mask [rows,
+ * len] bytes, 1 = attend; out [rows, heads, groups, dim] contiguous.
  * Built at first use by own_attention.py with the machine's own compiler.
  */
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 typedef float vec __attribute__((vector_size(64))); /* 16 floats: one AVX-512 register */
+typedef int32_t ivec __attribute__((vector_size(64)));
 typedef float half __attribute__((vector_size(32)));
 typedef float quarter __attribute__((vector_size(16)));
 #define LANES 16
+#define BLOCK 32 /* prefix positions per score block: two vectors, for two FMA chains */
+#define MAXG 4   /* query groups held in registers at once */
+#define MAXV 4   /* value vectors (64 floats of dim) held per group */
 
 typedef struct {
-    const float *q, *k, *v, *w;
-    const uint8_t *mask;
+    const float *q, *pkt, *pv, *k, *v;
+    const uint8_t *prow, *mask;
     float *out;
-    int64_t heads, groups, len, dim;
-    int64_t rs, hs, ps; /* key or value strides: row, head, position */
-    float low;
-    int64_t begin, end; /* tasks [begin, end): task = row * heads + head */
+    int64_t heads, groups, dim, plen, ppad, len, lpad;
+    int64_t phs, pps;   /* prefix value strides: head, position */
+    int64_t rs, hs, ps; /* own key/value strides: row, head, position */
+    float scale;
 } job_t;
 
 static inline vec load(const float *p) {
@@ -38,6 +51,8 @@ static inline vec load(const float *p) {
 
 static inline void store(float *p, vec x) { __builtin_memcpy(p, &x, sizeof x); }
 
+static inline vec splat(float x) { return (vec){0} + x; }
+
 /* Sum of a vector's lanes by halves, in shuffles (a chain of 16 dependent scalar adds
  * would cost ten times the products). */
 static inline float lanes_sum(vec x) {
@@ -47,85 +62,214 @@ static inline float lanes_sum(vec x) {
     return (f[0] + f[2]) + (f[1] + f[3]);
 }
 
-/* A task's keys (a few hundred rows of 256 bytes) stay in the core's cache across
- * its query heads. */
-static void *scores_range(void *arg) {
-    const job_t *j = arg;
-    const int64_t G = j->groups, D = j->dim, S = j->len;
-    for (int64_t t = j->begin; t < j->end; t++) {
-        int64_t row = t / j->heads, head = t % j->heads;
-        const float *k = j->k + row * j->rs + head * j->hs;
-        const uint8_t *m = j->mask + row * S;
+static inline vec vmax(vec a, vec b) {
+    ivec keep = a > b;
+    return (vec)(((ivec)a & keep) | ((ivec)b & ~keep));
+}
+
+static inline float lanes_max(vec x) {
+    float m = x[0];
+    for (int i = 1; i < LANES; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* e^x for x <= 0 in the usual way (Cephes' expf): x = n ln2 + r with |r| <= ln2 / 2,
+ * a degree-6 polynomial for e^r, n added to the exponent bits. Within about an ulp of
+ * expf; 0 below the smallest normal result, so -INFINITY (a masked column) gives 0. */
+static inline vec vexp(vec x) {
+    const vec lo = splat(-87.336544f);
+    ivec zero = x < lo;
+    x = vmax(x, lo);
+    vec n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    vec r = x - n * 0.693359375f - n * -2.12194440e-4f;
+    vec p = splat(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    vec y = p * r * r + r + 1.0f;
+    ivec bits = (__builtin_convertvector(n, ivec) + 127) << 23;
+    y *= (vec)bits;
+    return (vec)((ivec)y & ~zero);
+}
+
+/* Scores of GB query groups against all prefix positions (transposed keys). */
+static inline __attribute__((always_inline)) void prefix_scores(const job_t *j, int64_t head,
+                                                                const float *qs, float *sc,
+                                                                int64_t w, const int GB) {
+    const int64_t D = j->dim, PP = j->ppad;
+    const float *kt = j->pkt + head * D * PP;
+    for (int64_t s = 0; s < PP; s += BLOCK) {
+        vec a0[MAXG] = {{0}}, a1[MAXG] = {{0}};
+        for (int64_t d = 0; d < D; d++) {
+            vec k0 = load(kt + d * PP + s), k1 = load(kt + d * PP + s + LANES);
+            for (int g = 0; g < GB; g++) {
+                float x = qs[g * D + d];
+                a0[g] += x * k0;
+                a1[g] += x * k1;
+            }
+        }
+        for (int g = 0; g < GB; g++) {
+            store(sc + g * w + s, a0[g]);
+            store(sc + g * w + s + LANES, a1[g]);
+        }
+    }
+}
+
+static void prefix_scores_any(const job_t *j, int64_t head, const float *qs, float *sc,
+                              int64_t w, int64_t gb) {
+    switch (gb) {
+    case 1: prefix_scores(j, head, qs, sc, w, 1); break;
+    case 2: prefix_scores(j, head, qs, sc, w, 2); break;
+    case 3: prefix_scores(j, head, qs, sc, w, 3); break;
+    default: prefix_scores(j, head, qs, sc, w, 4); break;
+    }
+}
+
+/* out[g, d0 : d0 + 16 NV] for GB groups: the weighted values over the prefix (when the
+ * row has it) and the row's unmasked own tokens, divided by each group's sum. */
+static inline __attribute__((always_inline)) void weighted_values(
+    const job_t *j, int64_t row, int64_t head, int has_p, const float *e, const float *sums,
+    int64_t w, int64_t d0, float *out, const int GB, const int NV) {
+    vec acc[MAXG][MAXV] = {{{0}}};
+    if (has_p) {
+        const float *pv = j->pv + head * j->phs + d0;
+        for (int64_t s = 0; s < j->plen; s++) {
+            vec val[MAXV];
+            for (int c = 0; c < NV; c++) val[c] = load(pv + s * j->pps + c * LANES);
+            for (int g = 0; g < GB; g++) {
+                float x = e[g * w + s];
+                for (int c = 0; c < NV; c++) acc[g][c] += x * val[c];
+            }
+        }
+    }
+    const float *v = j->v + row * j->rs + head * j->hs + d0;
+    const uint8_t *m = j->mask + row * j->len;
+    const float *eo = e + j->ppad;
+    for (int64_t s = 0; s < j->len; s++) {
+        if (!m[s]) continue;
+        vec val[MAXV];
+        for (int c = 0; c < NV; c++) val[c] = load(v + s * j->ps + c * LANES);
+        for (int g = 0; g < GB; g++) {
+            float x = eo[g * w + s];
+            for (int c = 0; c < NV; c++) acc[g][c] += x * val[c];
+        }
+    }
+    for (int g = 0; g < GB; g++)
+        for (int c = 0; c < NV; c++)
+            store(out + g * j->dim + d0 + c * LANES,
+                  sums[g] > 0.0f ? acc[g][c] / sums[g] : (vec){0});
+}
+
+#define VALUES_CASE(GB_)                                                                 \
+    switch (nv) {                                                                        \
+    case 1: weighted_values(j, row, head, has_p, e, sums, w, d0, out, GB_, 1); break;    \
+    case 2: weighted_values(j, row, head, has_p, e, sums, w, d0, out, GB_, 2); break;    \
+    case 3: weighted_values(j, row, head, has_p, e, sums, w, d0, out, GB_, 3); break;    \
+    default: weighted_values(j, row, head, has_p, e, sums, w, d0, out, GB_, 4); break;   \
+    }
+
+static void values_any(const job_t *j, int64_t row, int64_t head, int has_p, const float *e,
+                       const float *sums, int64_t w, int64_t d0, float *out, int64_t gb,
+                       int64_t nv) {
+    switch (gb) {
+    case 1: VALUES_CASE(1) break;
+    case 2: VALUES_CASE(2) break;
+    case 3: VALUES_CASE(3) break;
+    default: VALUES_CASE(4) break;
+    }
+}
+
+/* One row and key head: t = row * heads + head. qs holds groups x dim floats, sc
+ * groups x (ppad + lpad), sums groups. */
+static void attend(const job_t *j, int64_t t, float *qs, float *sc, float *sums) {
+    const int64_t G = j->groups, D = j->dim, PP = j->ppad, LP = j->lpad, w = PP + LP;
+    const int64_t row = t / j->heads, head = t % j->heads;
+    const int has_p = j->plen > 0 && j->prow[row];
+    const float *q = j->q + t * G * D;
+    for (int64_t i = 0; i < G * D; i++) qs[i] = q[i] * j->scale;
+
+    if (has_p)
+        for (int64_t g0 = 0; g0 < G; g0 += MAXG)
+            prefix_scores_any(j, head, qs + g0 * D, sc + g0 * w, w, G - g0 < MAXG ? G - g0 : MAXG);
+    for (int64_t g = 0; g < G; g++) /* the padding after the prefix, or all of it */
+        for (int64_t s = has_p ? j->plen : 0; s < PP; s++) sc[g * w + s] = -INFINITY;
+
+    const float *k = j->k + row * j->rs + head * j->hs;
+    const uint8_t *m = j->mask + row * j->len;
+    float *so = sc + PP;
+    for (int64_t s = 0; s < LP; s++) {
+        if (s >= j->len || !m[s]) {
+            for (int64_t g = 0; g < G; g++) so[g * w + s] = -INFINITY;
+            continue;
+        }
+        const float *key = k + s * j->ps;
         for (int64_t g = 0; g < G; g++) {
-            const float *q = j->q + (t * G + g) * D;
-            float *out = j->out + (t * G + g) * S;
-            for (int64_t s = 0; s < S; s++) {
-                if (!m[s]) {
-                    out[s] = j->low;
-                    continue;
-                }
-                const float *key = k + s * j->ps;
-                vec acc = {0};
-                int64_t d = 0;
-                for (; d + LANES <= D; d += LANES) acc += load(q + d) * load(key + d);
-                float r = lanes_sum(acc);
-                for (; d < D; d++) r += q[d] * key[d];
-                out[s] = r;
-            }
+            const float *qg = qs + g * D;
+            vec acc = {0};
+            for (int64_t d = 0; d < D; d += LANES) acc += load(qg + d) * load(key + d);
+            so[g * w + s] = lanes_sum(acc);
         }
     }
-    return 0;
-}
 
-static void *values_range(void *arg) {
-    const job_t *j = arg;
-    for (int64_t t = j->begin; t < j->end; t++) {
-        int64_t row = t / j->heads, head = t % j->heads;
-        const float *w = j->w + t * j->groups * j->len;
-        const float *v = j->v + row * j->rs + head * j->hs;
-        const uint8_t *m = j->mask + row * j->len;
-        float *out = j->out + t * j->groups * j->dim;
-        for (int64_t i = 0; i < j->groups * j->dim; i++) out[i] = 0.0f;
-        for (int64_t s = 0; s < j->len; s++) {
-            if (!m[s]) continue;
-            const float *val = v + s * j->ps;
-            for (int64_t g = 0; g < j->groups; g++) {
-                float x = w[g * j->len + s];
-                float *o = out + g * j->dim;
-                int64_t d = 0;
-                for (; d + LANES <= j->dim; d += LANES) store(o + d, load(o + d) + x * load(val + d));
-                for (; d < j->dim; d++) o[d] += x * val[d];
-            }
+    for (int64_t g = 0; g < G; g++) {
+        float *x = sc + g * w;
+        vec top = splat(-INFINITY);
+        for (int64_t s = 0; s < w; s += LANES) top = vmax(top, load(x + s));
+        float t_max = lanes_max(top);
+        if (t_max == -INFINITY) { /* attends to nothing (a padding row): output 0, not NaN */
+            for (int64_t s = 0; s < w; s++) x[s] = 0.0f;
+            sums[g] = 0.0f;
+            continue;
+        }
+        vec total = {0};
+        for (int64_t s = 0; s < w; s += LANES) {
+            vec ex = vexp(load(x + s) - t_max);
+            store(x + s, ex);
+            total += ex;
+        }
+        sums[g] = lanes_sum(total);
+    }
+
+    float *out = j->out + t * G * D;
+    for (int64_t g0 = 0; g0 < G; g0 += MAXG) {
+        int64_t gb = G - g0 < MAXG ? G - g0 : MAXG;
+        for (int64_t d0 = 0; d0 < D; d0 += MAXV * LANES) {
+            int64_t nv = (D - d0) / LANES < MAXV ? (D - d0) / LANES : MAXV;
+            values_any(j, row, head, has_p, sc + g0 * w, sums + g0, w, d0, out + g0 * D, gb, nv);
         }
     }
-    return 0;
 }
 
-/* Split the tasks over `threads` OpenMP threads. The library is loaded after torch,
- * so libgomp.so.1 resolves to the runtime torch already runs: its own thread pool,
- * not a second set of threads fighting it for the cores. */
-static void run(void *(*fn)(void *), job_t base, int64_t tasks, int threads) {
+/* The tasks split over `threads` OpenMP threads. The library is loaded after torch, so
+ * libgomp.so.1 resolves to the runtime torch already runs: its own thread pool, not a
+ * second set of threads fighting it for the cores. Returns 0, or -1 when scratch
+ * memory could not be had (the caller falls back to torch). */
+int decode_attention(const float *q, const float *pkt, const float *pv, const uint8_t *prow,
+                     const float *k, const float *v, const uint8_t *mask, float *out,
+                     int64_t rows, int64_t heads, int64_t groups, int64_t dim, int64_t plen,
+                     int64_t ppad, int64_t len, int64_t phs, int64_t pps, int64_t rs,
+                     int64_t hs, int64_t ps, float scale, int threads) {
+    const int64_t lpad = (len + LANES - 1) / LANES * LANES;
+    job_t j = {q, pkt, pv, k, v, prow, mask, out, heads, groups, dim, plen, ppad, len, lpad,
+               phs, pps, rs, hs, ps, scale};
+    const int64_t tasks = rows * heads;
     if (threads < 1) threads = 1;
     if (threads > tasks) threads = (int)(tasks > 0 ? tasks : 1);
-#pragma omp parallel for num_threads(threads) schedule(static)
+    const size_t floats = (size_t)(groups * dim + groups * (ppad + lpad) + groups);
+    int failed = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
     for (int i = 0; i < threads; i++) {
-        job_t job = base;
-        job.begin = tasks * i / threads;
-        job.end = tasks * (i + 1) / threads;
-        fn(&job);
+        float *scratch = malloc(floats * sizeof(float));
+        if (!scratch) {
+            failed = 1;
+            continue;
+        }
+        float *qs = scratch, *sc = qs + groups * dim, *sums = sc + groups * (ppad + lpad);
+        for (int64_t t = tasks * i / threads; t < tasks * (i + 1) / threads; t++)
+            attend(&j, t, qs, sc, sums);
+        free(scratch);
     }
-}
-
-void own_scores(const float *q, const float *k, const uint8_t *mask, float *out,
-                int64_t rows, int64_t heads, int64_t groups, int64_t len, int64_t dim,
-                int64_t rs, int64_t hs, int64_t ps, float low, int threads) {
-    job_t j = {q, k, 0, 0, mask, out, heads, groups, len, dim, rs, hs, ps, low, 0, 0};
-    run(scores_range, j, rows * heads, threads);
-}
-
-void own_values(const float *w, const float *v, const uint8_t *mask, float *out,
-                int64_t rows, int64_t heads, int64_t groups, int64_t len, int64_t dim,
-                int64_t rs, int64_t hs, int64_t ps, int threads) {
-    job_t j = {0, 0, v, w, mask, out, heads, groups, len, dim, rs, hs, ps, 0.0f, 0, 0};
-    run(values_range, j, rows * heads, threads);
+    return failed ? -1 : 0;
 }

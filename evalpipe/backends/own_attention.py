@@ -28,6 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 SOURCE = Path(__file__).with_name("own_attention.c")
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-fopenmp")
@@ -63,50 +64,64 @@ def kernel() -> ctypes.CDLL | None:
         lib = ctypes.CDLL(str(target))
     except OSError:
         return None
-    # Four pointers, then rows, heads, groups, length, dim and the three cache strides.
-    common: list[type] = [_ptr] * 4 + [_i64] * 8
-    lib.own_scores.argtypes = [*common, ctypes.c_float, ctypes.c_int]
-    lib.own_values.argtypes = [*common, ctypes.c_int]
-    lib.own_scores.restype = lib.own_values.restype = None
-    return lib
-
-
-def _built(mask: torch.Tensor) -> ctypes.CDLL:
-    lib = kernel()
-    if lib is None:
-        raise RuntimeError("the own-attention kernel is not built: check usable() first")
-    if mask.dtype != torch.bool:  # the kernel reads one byte a column
-        raise TypeError(f"own-attention mask must be bool, got {mask.dtype}")
+    lib.decode_attention.argtypes = [_ptr] * 8 + [_i64] * 12 + [ctypes.c_float, ctypes.c_int]
+    lib.decode_attention.restype = ctypes.c_int
     return lib
 
 
 def usable(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
     """True when the kernel can take this call: float32 CPU tensors, one query token,
-    unit stride along the head dimension, and a built kernel."""
-    return (query.shape[2] == 1 and query.device.type == "cpu"
-            and all(t.dtype == torch.float32 and t.stride(-1) == 1 for t in (key, value))
-            and kernel() is not None)
+    a head dimension of whole vectors (a multiple of 16) with unit stride, keys and values
+    laid out alike (one set of strides serves both), and a built kernel."""
+    return (query.shape[2] == 1 and query.device.type == "cpu" and query.shape[-1] % 16 == 0
+            and all(t.dtype == torch.float32 and t.stride(-1) == 1 for t in (query, key, value))
+            and key.stride() == value.stride() and kernel() is not None)
 
 
-def scores(qg: torch.Tensor, key: torch.Tensor, mask: torch.Tensor, low: float) -> torch.Tensor:
-    """qg [B, KVH, G, D] (scaled queries) against key [B, KVH, S, D]: scores
-    [B, KVH, G, S], `low` where mask [B, S] (bool) is False."""
-    b, kvh, g, d = qg.shape
-    s = key.shape[2]
-    qg, mask = qg.contiguous(), mask.contiguous()
-    out = torch.empty(b, kvh, g, s, dtype=torch.float32)
-    _built(mask).own_scores(qg.data_ptr(), key.data_ptr(), mask.data_ptr(), out.data_ptr(),
-                        b, kvh, g, s, d, *key.stride()[:3], low, torch.get_num_threads())
-    return out
+# The prefix's keys transposed to [heads, dim, positions] (padded to whole blocks), made
+# once per stored prefix and layer: a prefix serves every decode step of its cell.
+_transposed: WeakIdKeyDictionary = WeakIdKeyDictionary()
+BLOCK = 32  # prefix positions per score block in the kernel
 
 
-def values(weights: torch.Tensor, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """weights [B, KVH, G, S] times value [B, KVH, S, D] over the columns mask [B, S]
-    keeps: [B, KVH, G, D]."""
-    b, kvh, g, s = weights.shape
-    d = value.shape[3]
-    weights, mask = weights.contiguous(), mask.contiguous()
-    out = torch.empty(b, kvh, g, d, dtype=torch.float32)
-    _built(mask).own_values(weights.data_ptr(), value.data_ptr(), mask.data_ptr(), out.data_ptr(),
-                        b, kvh, g, s, d, *value.stride()[:3], torch.get_num_threads())
-    return out
+def transposed_keys(pk: torch.Tensor) -> torch.Tensor:
+    """pk [1, KVH, P, D] as [KVH, D, P rounded up to BLOCK], zero padded (cached)."""
+    kt = _transposed.get(pk)
+    if kt is None:
+        _, kvh, p_len, dim = pk.shape
+        kt = torch.zeros(kvh, dim, -(-p_len // BLOCK) * BLOCK, dtype=torch.float32)
+        kt[:, :, :p_len] = pk[0].transpose(-1, -2)
+        _transposed[pk] = kt
+    return kt
+
+
+def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     mask: torch.Tensor, prefix: tuple[torch.Tensor, torch.Tensor] | None,
+                     prefix_rows: torch.Tensor, scale: float) -> torch.Tensor | None:
+    """Attention for one query token per row over [shared prefix | the row's own tokens]:
+    query [B, H, 1, D]; key/value [B, KVH, S, D] (any strides but the last); mask [B, S]
+    bool (True = attend); prefix (keys, values) [1, KVH, P, D] or None, taken by the
+    rows where prefix_rows [B] is True. Returns [B, 1, H, D], or None where the kernel
+    could not get its scratch memory."""
+    b, heads, _, dim = query.shape
+    kv_heads, s_len = key.shape[1], key.shape[2]
+    lib = kernel()
+    if lib is None:
+        raise RuntimeError("the own-attention kernel is not built: check usable() first")
+    if mask.dtype != torch.bool or prefix_rows.dtype != torch.bool:  # read as one byte each
+        raise TypeError(f"decode-attention masks must be bool, got {mask.dtype} and "
+                        f"{prefix_rows.dtype}")
+    q, mask, rows = query.contiguous(), mask.contiguous(), prefix_rows.contiguous()
+    if prefix is not None:
+        pk, pv = prefix
+        kt, pv = transposed_keys(pk), (pv if pv.stride(-1) == 1 else pv.contiguous())
+        p_len, p_pad, p_ptr, pv_ptr = pk.shape[2], kt.shape[2], kt.data_ptr(), pv.data_ptr()
+        phs, pps = pv.stride(1), pv.stride(2)
+    else:
+        p_len = p_pad = p_ptr = pv_ptr = phs = pps = 0
+    out = torch.empty(b, 1, heads, dim, dtype=torch.float32)
+    failed = lib.decode_attention(
+        q.data_ptr(), p_ptr, pv_ptr, rows.data_ptr(), key.data_ptr(), value.data_ptr(),
+        mask.data_ptr(), out.data_ptr(), b, kv_heads, heads // kv_heads, dim, p_len, p_pad,
+        s_len, phs, pps, *key.stride()[:3], scale, torch.get_num_threads())
+    return None if failed else out

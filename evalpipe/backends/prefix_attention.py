@@ -107,12 +107,18 @@ def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
     groups = heads // kv_heads
     gq = groups * q_len
     pk, pv = prefix.kv[module.layer_idx]
+    scale = scaling if scaling is not None else dim ** -0.5
+    own = _row_mask(mask, q_len, s_len, query.device)[:, :, None]  # [B, 1, 1, q, S]
+    if own_attention.usable(query, key, value) and pk.dtype == torch.float32:
+        out = own_attention.decode_attention(query, key, value, own[:, 0, 0, 0].expand(b, s_len),
+                                             (pk, pv), prefix.rows, scale)
+        if out is not None:
+            return out, None
     # Scores and sums in float32 whatever the model's dtype, as the fused kernels keep
     # them: bfloat16 scores (8-bit mantissa) drift visibly from float32 answers.
     dtype = query.dtype
     query, key, value, pk, pv = (t.float() for t in (query, key, value, pk, pv))
     p_len = pk.shape[2]
-    scale = scaling if scaling is not None else dim ** -0.5
     # Query heads h = kv_head * groups + g share key head kv_head (as repeat_kv pairs them).
     # The queries are scaled once, not both score blocks (exactly the same where the scale
     # is a power of two, as 1/sqrt(64)).
@@ -124,15 +130,9 @@ def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
     # The lowest finite value, not -inf: a padding query that may attend to nothing gets
     # finite (ignored) output instead of NaN, which would spread through its cache entries.
     low = torch.finfo(torch.float32).min
-    own = _row_mask(mask, q_len, s_len, query.device)[:, :, None]  # [B, 1, 1, q, S]
-    native = own_attention.usable(query, key, value)  # one query token: the C kernel
-    if native:
-        cols = own[:, 0, 0, 0].expand(b, s_len).contiguous()  # once for both products
-        scores_s = own_attention.scores(qg, key, cols, low)  # [B, KVH, g, S]
-    else:
-        scores_s = torch.matmul(qg, key.transpose(-1, -2))  # [B, KVH, g*q, S]
-        scores_s = torch.where(own, scores_s.view(b, kv_heads, groups, q_len, s_len), low)
-        scores_s = scores_s.view(b, kv_heads, gq, s_len)
+    scores_s = torch.matmul(qg, key.transpose(-1, -2))  # [B, KVH, g*q, S]
+    scores_s = torch.where(own, scores_s.view(b, kv_heads, groups, q_len, s_len), low)
+    scores_s = scores_s.view(b, kv_heads, gq, s_len)
     if not prefix.every_row:
         scores_p = scores_p.masked_fill(~prefix.rows.view(1, b, 1, 1), low)
     top = torch.maximum(scores_s.amax(-1, keepdim=True),
@@ -141,7 +141,7 @@ def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
     exp_p = scores_p.sub_(top.transpose(0, 1)).exp_()
     total = exp_s.sum(-1, keepdim=True) + exp_p.sum(-1, keepdim=True).transpose(0, 1)
     out_p = torch.matmul(exp_p.view(kv_heads, b * gq, p_len), pv[0])
-    out = own_attention.values(exp_s, value, cols) if native else torch.matmul(exp_s, value)
+    out = torch.matmul(exp_s, value)
     out = out + out_p.view(kv_heads, b, gq, dim).transpose(0, 1)
     out = (out / total).reshape(b, heads, q_len, dim)
     return out.transpose(1, 2).contiguous().to(dtype), None
