@@ -31,16 +31,19 @@ from evalpipe.backends import fused_layer
 MIN_ROWS = 4  # below this many rows the stock kernel is as fast (one-request decode)
 
 
-def _kernels_present() -> bool:
+def available() -> bool:
+    """This torch has oneDNN's packed linear kernels."""
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
                                                             "_reorder_linear_weight")
 
 
-def _pack(weight: torch.Tensor) -> torch.Tensor:
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` [out, in] in oneDNN's blocked layout, for `matmul`."""
     return torch.ops.mkldnn._reorder_linear_weight(weight, 64)
 
 
-def _matmul(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+def matmul(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    """x [..., in] times the packed weight's transpose, as `F.linear` without a bias."""
     return _packed_matmul(x, packed, None)
 
 
@@ -67,7 +70,7 @@ class PackedLinears:
                    and m.weight.device.type == "cpu"
                    and m.weight.dtype in (torch.float32, torch.bfloat16)]
         size = sum(m.weight.numel() * m.weight.element_size() for m in linears)
-        if not linears or size > budget_bytes or not _kernels_present():
+        if not linears or size > budget_bytes or not available():
             return None
         self = cls()
         with torch.inference_mode():
@@ -75,14 +78,14 @@ class PackedLinears:
                 first = linears[0]
                 probe = torch.randn(8, first.in_features, generator=torch.Generator().manual_seed(0)
                                     ).to(first.weight.dtype)
-                got = _packed_matmul(probe, _pack(first.weight.detach()), first.bias)
+                got = _packed_matmul(probe, pack(first.weight.detach()), first.bias)
                 if not torch.allclose(got.float(), first(probe).float(), rtol=2e-2, atol=1e-3):
                     return None  # a kernel this build gets wrong: keep the stock layers
                 # Decoder layers of the Llama layout run their q/k/v and gate/up projections
                 # as two fused products; their linears need no packed copy of their own.
                 fused = {id(m) for layer in model.modules() if fused_layer.fusable(layer)
-                         for m in fused_layer.fuse(layer, _pack, _matmul, self._packed_for)}
-                packs = [(m, _pack(m.weight.detach())) for m in linears if id(m) not in fused]
+                         for m in fused_layer.fuse(layer, pack, matmul, self._packed_for)}
+                packs = [(m, pack(m.weight.detach())) for m in linears if id(m) not in fused]
             except RuntimeError:
                 return None
         for m, packed in packs:
