@@ -1,11 +1,15 @@
-"""The decode step's products over each row's own cached tokens, as a small C kernel.
+"""A decode step's attention over [shared prefix | each row's own tokens], as a
+small C kernel.
 
-At a decode step every row has one query token; its query heads meet their key
-head's cache in products of 3 x 64 queries against a few hundred keys. torch
-runs those as batched matrix products that read the cache at about half the
-speed of a plain read, and multiplies the masked (padding) columns too. The
-kernel in `own_attention.c` reads each key and value row once for all the
-query heads that share it and skips masked columns.
+At a decode step every row has one query token; its query heads meet the shared
+prefix and their key head's own cache in products of 3 x 64 queries against a
+few hundred keys. torch ran those as batched matrix products (the own ones
+reading the cache at about half the speed of a plain read and multiplying the
+masked padding columns too) with six elementwise passes of softmax between
+them. The kernel in `own_attention.c` does the whole attention in one pass per
+row and key head: each key and value row is read once for all the query heads
+that share it, masked columns are skipped, and the prefix keys, transposed once
+per stored prefix, are scored 32 positions at a time.
 
 It is plain C with no torch headers, so the machine's compiler builds it in
 well under a second at first use, for this CPU (`-march=native`), into the

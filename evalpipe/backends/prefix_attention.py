@@ -101,7 +101,8 @@ def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
     share one maximum and one sum (no concatenated copy of the scores).
 
     query [B, H, q, D]; key/value [B, KVH, S, D] (the rows' own tokens); mask: a
-    boolean [B, 1, q, S] (True = attend), a float mask, or None (causal only)."""
+    boolean [B, 1, q, S] (True = attend), a float mask, or None (causal only). Float32
+    decode steps go to the C kernel (own_attention.py); torch's products do the rest."""
     b, heads, q_len, dim = query.shape
     kv_heads, s_len = key.shape[1], key.shape[2]
     groups = heads // kv_heads
