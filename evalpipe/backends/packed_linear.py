@@ -43,7 +43,8 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
 
 
 def matmul(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    """x [..., in] times the packed weight's transpose, as `F.linear` without a bias."""
+    """x [..., in] times the weight's transpose, as `F.linear` without a bias: a weight
+    packed by `pack`, or a plain [out, in] one (which oneDNN reorders in the call)."""
     return _packed_matmul(x, packed, None)
 
 

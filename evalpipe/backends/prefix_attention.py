@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from evalpipe.backends import own_attention
+from evalpipe.backends import own_attention, prefill_attention
 
 NAME = "evalpipe_shared_prefix"
 
@@ -62,9 +62,12 @@ def install(model) -> bool:
                   **kwargs):
         if shared_prefix is None:
             return fallback(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
-        if query.shape[2] > 1:  # prefill: the fused kernel wins; the copy lasts one layer
+        if query.shape[2] > 1:  # prefill: the fused kernels win; the copy lasts one layer
             key, value, attention_mask = _with_prefix(key, value, attention_mask, shared_prefix,
                                                       module.layer_idx, query.shape[2])
+            if prefill_attention.takes(query, key, attention_mask):
+                scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+                return prefill_attention.attend(query, key, value, attention_mask, scale), None
             return fallback(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
         return _cascade(module, query, key, value, attention_mask, scaling, shared_prefix)
 
