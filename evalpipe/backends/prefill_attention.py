@@ -10,7 +10,9 @@ within 3e-7 of the flash kernel's (one-off script, 1-4 rows, 128-512 queries
 against 1,000-2,000 keys, docs/speed.md).
 
 Short chunks (many rows of a few dozen queries) stay with torch's kernel: there
-the per-row products are too small to pay for the Python loop around them.
+the per-row products are too small to pay for the Python loop around them. It
+runs inside the engine's shared-prefix attention (prefix_attention.py), so
+`model.generate` keeps the model's own attention.
 """
 
 from __future__ import annotations
