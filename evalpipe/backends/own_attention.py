@@ -85,7 +85,7 @@ def usable(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
 # The prefix's keys transposed to [heads, dim, positions] (padded to whole blocks), made
 # once per stored prefix and layer: a prefix serves every decode step of its cell.
 _transposed: WeakIdKeyDictionary = WeakIdKeyDictionary()
-BLOCK = 32  # prefix positions per score block in the kernel
+BLOCK = 32  # prefix positions per score block: BLOCK in own_attention.c, which needs it
 
 
 def transposed_keys(pk: torch.Tensor) -> torch.Tensor:
