@@ -51,6 +51,11 @@ static inline vec load(const float *p) {
 
 static inline void store(float *p, vec x) { __builtin_memcpy(p, &x, sizeof x); }
 
+/* Keeps a loaded vector in a register: without it the compiler folds the load into
+ * every multiply-add that uses it, and on CPUs that split 512-bit loads the loads, not
+ * the multiply-adds, then bound the loop. */
+#define in_register(x) __asm__("" : "+v"(x))
+
 static inline vec splat(float x) { return (vec){0} + x; }
 
 /* Sum of a vector's lanes by halves, in shuffles (a chain of 16 dependent scalar adds
@@ -104,6 +109,8 @@ static inline __attribute__((always_inline)) void prefix_scores(const job_t *j, 
         vec a0[MAXG] = {{0}}, a1[MAXG] = {{0}};
         for (int64_t d = 0; d < D; d++) {
             vec k0 = load(kt + d * PP + s), k1 = load(kt + d * PP + s + LANES);
+            in_register(k0);
+            in_register(k1);
             for (int g = 0; g < GB; g++) {
                 float x = qs[g * D + d];
                 a0[g] += x * k0;
@@ -137,7 +144,10 @@ static inline __attribute__((always_inline)) void weighted_values(
         const float *pv = j->pv + head * j->phs + d0;
         for (int64_t s = 0; s < j->plen; s++) {
             vec val[MAXV];
-            for (int c = 0; c < NV; c++) val[c] = load(pv + s * j->pps + c * LANES);
+            for (int c = 0; c < NV; c++) {
+                val[c] = load(pv + s * j->pps + c * LANES);
+                in_register(val[c]);
+            }
             for (int g = 0; g < GB; g++) {
                 float x = e[g * w + s];
                 for (int c = 0; c < NV; c++) acc[g][c] += x * val[c];
@@ -150,7 +160,10 @@ static inline __attribute__((always_inline)) void weighted_values(
     for (int64_t s = 0; s < j->len; s++) {
         if (!m[s]) continue;
         vec val[MAXV];
-        for (int c = 0; c < NV; c++) val[c] = load(v + s * j->ps + c * LANES);
+        for (int c = 0; c < NV; c++) {
+            val[c] = load(v + s * j->ps + c * LANES);
+            in_register(val[c]);
+        }
         for (int g = 0; g < GB; g++) {
             float x = eo[g * w + s];
             for (int c = 0; c < NV; c++) acc[g][c] += x * val[c];
@@ -269,6 +282,255 @@ int decode_attention(const float *q, const float *pkt, const float *pv, const ui
         float *qs = scratch, *sc = qs + groups * dim, *sums = sc + groups * (ppad + lpad);
         for (int64_t t = tasks * i / threads; t < tasks * (i + 1) / threads; t++)
             attend(&j, t, qs, sc, sums);
+        free(scratch);
+    }
+    return failed ? -1 : 0;
+}
+
+/* ---- Prefill: a chunk of query tokens per row, attending causally ----------------------
+ *
+ * The same attention for a prefill chunk (q_len query tokens per row), flash-style: the
+ * scores of a block of key columns are made, masked, turned into weights and summed into
+ * the output while they are in the cache, with a running maximum and sum per query, so
+ * no score row of the whole context is ever written out. Blocks that are padding in the
+ * row, or wholly after a task's last query (the causal triangle), are skipped, not
+ * computed and thrown away.
+ *
+ * A task is one row, one key head and up to QB query tokens; its query rows are the
+ * groups x tokens that share the key head (r = g * n + token). They are held transposed,
+ * [dim, rows], so a key's scores for 16 query rows are one vector and the softmax runs
+ * along the lanes with no sums across them.
+ *
+ * Masking: own column c is attended by query token i when mask[c] and c <= len - q_len
+ * + i (the chunk's tokens are the last q_len columns of the row's cache); every prefix
+ * column is attended by a row whose prow is set. A query that may attend to nothing
+ * gets zeros.
+ *
+ * Layouts (float32, unit stride along dim): q by strides (row, head, token); prefix keys
+ * and values [heads, plen, dim] by strides (head, position); own keys and values by
+ * strides (row, head, position); mask [rows, len] bytes; out [rows, q_len, heads *
+ * groups, dim] contiguous. */
+
+#define QB 32 /* query tokens per task */
+#define KB 64 /* key columns per block */
+#define JB 4  /* keys per score register block */
+#define NQ 4  /* query-row vectors per register block */
+#define DB 4  /* dims per value register block */
+
+typedef struct {
+    const float *q, *pk, *pv, *k, *v;
+    const uint8_t *prow, *mask;
+    float *out;
+    int64_t heads, groups, dim, qlen, plen, len;
+    int64_t qrs, qhs, qps; /* query strides: row, head (query head), token */
+    int64_t phs, pps;      /* prefix key/value strides: head, position */
+    int64_t rs, hs, ps;    /* own key/value strides: row, head, position */
+    float scale;
+} pjob_t;
+
+static inline vec vselect(ivec keep, vec a, vec b) {
+    return (vec)(((ivec)a & keep) | ((ivec)b & ~keep));
+}
+
+/* st[j, rv : rv + 16 NV] for keys j0 .. j0 + NJ: qt (transposed queries, width rp)
+ * against key rows at keys + j * kps. */
+static inline __attribute__((always_inline)) void block_scores(
+    const float *qt, int64_t rp, int64_t D, const float *keys, int64_t kps, int64_t rv,
+    float *st, const int NJ, const int NV) {
+    vec acc[JB][NQ] = {{{0}}};
+    for (int64_t d = 0; d < D; d++) {
+        vec qv[NQ];
+        for (int c = 0; c < NV; c++) {
+            qv[c] = load(qt + d * rp + rv + c * LANES);
+            in_register(qv[c]);
+        }
+        for (int jk = 0; jk < NJ; jk++) {
+            float x = keys[jk * kps + d];
+            for (int c = 0; c < NV; c++) acc[jk][c] += x * qv[c];
+        }
+    }
+    for (int jk = 0; jk < NJ; jk++)
+        for (int c = 0; c < NV; c++) store(st + jk * rp + rv + c * LANES, acc[jk][c]);
+}
+
+#define SCORES_CASE(NJ_)                                                                  \
+    switch (nv) {                                                                         \
+    case 1: block_scores(qt, rp, D, keys, kps, rv, st, NJ_, 1); break;                    \
+    case 2: block_scores(qt, rp, D, keys, kps, rv, st, NJ_, 2); break;                    \
+    case 3: block_scores(qt, rp, D, keys, kps, rv, st, NJ_, 3); break;                    \
+    default: block_scores(qt, rp, D, keys, kps, rv, st, NJ_, 4); break;                   \
+    }
+
+static void scores_any(const float *qt, int64_t rp, int64_t D, const float *keys, int64_t kps,
+                       int64_t rv, float *st, int64_t nj, int64_t nv) {
+    switch (nj) {
+    case 1: SCORES_CASE(1) break;
+    case 2: SCORES_CASE(2) break;
+    case 3: SCORES_CASE(3) break;
+    default: SCORES_CASE(4) break;
+    }
+}
+
+/* ot[d0 : d0 + DB, rv : rv + 16 NV] = ot * alpha + sum over the block's keys j of
+ * values[j, d] * pt[j, rv ...]. */
+static inline __attribute__((always_inline)) void block_values(
+    const float *pt, int64_t rp, const float *values, int64_t vps, int64_t w, int64_t d0,
+    int64_t rv, const float *alpha, float *ot, const int ND, const int NV) {
+    vec acc[DB][NQ];
+    for (int c = 0; c < NV; c++) {
+        vec a = load(alpha + rv + c * LANES);
+        for (int dd = 0; dd < ND; dd++) acc[dd][c] = load(ot + (d0 + dd) * rp + rv + c * LANES) * a;
+    }
+    for (int64_t j = 0; j < w; j++) {
+        vec p[NQ];
+        for (int c = 0; c < NV; c++) {
+            p[c] = load(pt + j * rp + rv + c * LANES);
+            in_register(p[c]);
+        }
+        for (int dd = 0; dd < ND; dd++) {
+            float x = values[j * vps + d0 + dd];
+            for (int c = 0; c < NV; c++) acc[dd][c] += x * p[c];
+        }
+    }
+    for (int dd = 0; dd < ND; dd++)
+        for (int c = 0; c < NV; c++) store(ot + (d0 + dd) * rp + rv + c * LANES, acc[dd][c]);
+}
+
+static void values_block(const float *pt, int64_t rp, const float *values, int64_t vps,
+                         int64_t w, int64_t D, int64_t rvecs, const float *alpha, float *ot) {
+    for (int64_t rv = 0; rv < rvecs * LANES; rv += NQ * LANES) {
+        int64_t nv = rvecs - rv / LANES < NQ ? rvecs - rv / LANES : NQ;
+        for (int64_t d0 = 0; d0 < D; d0 += DB) { /* D is a multiple of 16, so of DB */
+            switch (nv) {
+            case 1: block_values(pt, rp, values, vps, w, d0, rv, alpha, ot, DB, 1); break;
+            case 2: block_values(pt, rp, values, vps, w, d0, rv, alpha, ot, DB, 2); break;
+            case 3: block_values(pt, rp, values, vps, w, d0, rv, alpha, ot, DB, 3); break;
+            default: block_values(pt, rp, values, vps, w, d0, rv, alpha, ot, DB, 4); break;
+            }
+        }
+    }
+}
+
+/* Per-task scratch, in floats: qt, ot [dim, rp]; st [KB, rp]; m, l, alpha, lim [rp]. */
+static size_t task_floats(int64_t dim, int64_t rp) { return (size_t)(2 * dim + KB + 4) * rp; }
+
+/* One block of w key columns at `keys`/`values` (position strides kps, vps); col0 is the
+ * block's first own column (the causal limit and mask apply), or -1 for prefix columns. */
+static void attend_block(const pjob_t *j, float *qt, float *st, float *ot, float *m, float *l,
+                         float *alpha, const float *lim, int64_t rp, const float *keys,
+                         const float *values, int64_t w, int64_t col0, const uint8_t *mask) {
+    const int64_t D = j->dim, rvecs = rp / LANES, kps = col0 < 0 ? j->pps : j->ps;
+    for (int64_t j0 = 0; j0 < w; j0 += JB) {
+        int64_t nj = w - j0 < JB ? w - j0 : JB;
+        for (int64_t rv = 0; rv < rp; rv += NQ * LANES) {
+            int64_t nv = (rp - rv) / LANES < NQ ? (rp - rv) / LANES : NQ;
+            scores_any(qt, rp, D, keys + j0 * kps, kps, rv, st + j0 * rp, nj, nv);
+        }
+    }
+    const vec ninf = splat(-INFINITY);
+    if (col0 >= 0) {
+        for (int64_t c = 0; c < w; c++) {
+            float *row = st + c * rp;
+            if (!mask[c]) {
+                for (int64_t rv = 0; rv < rp; rv += LANES) store(row + rv, ninf);
+                continue;
+            }
+            const vec col = splat((float)(col0 + c));
+            for (int64_t rv = 0; rv < rp; rv += LANES) /* causal: lim < col is masked */
+                store(row + rv, vselect(load(lim + rv) >= col, load(row + rv), ninf));
+        }
+    }
+    for (int64_t rv = 0; rv < rp; rv += LANES) {
+        vec top = ninf;
+        for (int64_t c = 0; c < w; c++) top = vmax(top, load(st + c * rp + rv));
+        vec old = load(m + rv), now = vmax(old, top);
+        vec safe = vselect(now == ninf, splat(0.0f), now); /* nothing seen yet: no NaN */
+        vec total = {0};
+        for (int64_t c = 0; c < w; c++) {
+            vec e = vexp(load(st + c * rp + rv) - safe);
+            store(st + c * rp + rv, e);
+            total += e;
+        }
+        vec a = vexp(old - safe);
+        store(alpha + rv, a);
+        store(l + rv, load(l + rv) * a + total);
+        store(m + rv, now);
+    }
+    values_block(st, rp, values, kps, w, D, rvecs, alpha, ot);
+}
+
+static void prefill_task(const pjob_t *j, int64_t t, int64_t qblocks, float *scratch) {
+    const int64_t G = j->groups, D = j->dim;
+    const int64_t row = t / (j->heads * qblocks), head = t / qblocks % j->heads;
+    const int64_t i0 = t % qblocks * QB, n = j->qlen - i0 < QB ? j->qlen - i0 : QB;
+    const int64_t r_used = G * n, rp = (r_used + LANES - 1) / LANES * LANES;
+    float *qt = scratch, *ot = qt + D * rp, *st = ot + D * rp;
+    float *m = st + KB * rp, *l = m + rp, *alpha = l + rp, *lim = alpha + rp;
+    const int64_t first_col = j->len - j->qlen; /* own column of the chunk's first token */
+
+    for (int64_t r = 0; r < rp; r++) {
+        int64_t g = r / n, i = i0 + r % n;
+        const float *qr = j->q + row * j->qrs + (head * G + g) * j->qhs + i * j->qps;
+        for (int64_t d = 0; d < D; d++) {
+            qt[d * rp + r] = r < r_used ? qr[d] * j->scale : 0.0f;
+            ot[d * rp + r] = 0.0f;
+        }
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        lim[r] = r < r_used ? (float)(first_col + i) : -1.0f; /* padding rows see nothing */
+    }
+
+    if (j->plen > 0 && j->prow[row]) {
+        const float *pk = j->pk + head * j->phs, *pv = j->pv + head * j->phs;
+        for (int64_t c0 = 0; c0 < j->plen; c0 += KB) {
+            int64_t w = j->plen - c0 < KB ? j->plen - c0 : KB;
+            attend_block(j, qt, st, ot, m, l, alpha, lim, rp, pk + c0 * j->pps,
+                         pv + c0 * j->pps, w, -1, NULL);
+        }
+    }
+    const float *k = j->k + row * j->rs + head * j->hs, *v = j->v + row * j->rs + head * j->hs;
+    const uint8_t *mask = j->mask + row * j->len;
+    const int64_t last = first_col + i0 + n - 1; /* the task's last query sees up to here */
+    for (int64_t c0 = 0; c0 <= last; c0 += KB) {
+        int64_t w = last + 1 - c0 < KB ? last + 1 - c0 : KB;
+        int64_t any = 0;
+        for (int64_t c = 0; c < w && !any; c++) any = mask[c0 + c];
+        if (!any) continue; /* padding: nothing here for any query */
+        attend_block(j, qt, st, ot, m, l, alpha, lim, rp, k + c0 * j->ps, v + c0 * j->ps, w,
+                     c0, mask + c0);
+    }
+
+    const int64_t H = j->heads * G;
+    for (int64_t r = 0; r < r_used; r++) {
+        int64_t g = r / n, i = i0 + r % n;
+        float *o = j->out + ((row * j->qlen + i) * H + head * G + g) * D;
+        float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        for (int64_t d = 0; d < D; d++) o[d] = ot[d * rp + r] * inv;
+    }
+}
+
+/* Tasks split dynamically over `threads` OpenMP threads (later query blocks see more
+ * columns). Returns 0, or -1 when scratch memory could not be had. */
+int prefill_attention(const float *q, const float *pk, const float *pv, const uint8_t *prow,
+                      const float *k, const float *v, const uint8_t *mask, float *out,
+                      int64_t rows, int64_t heads, int64_t groups, int64_t dim, int64_t qlen,
+                      int64_t plen, int64_t len, int64_t qrs, int64_t qhs, int64_t qps,
+                      int64_t phs, int64_t pps, int64_t rs, int64_t hs, int64_t ps, float scale,
+                      int threads) {
+    pjob_t j = {q, pk, pv, k, v, prow, mask, out, heads, groups, dim, qlen, plen, len,
+                qrs, qhs, qps, phs, pps, rs, hs, ps, scale};
+    const int64_t qblocks = (qlen + QB - 1) / QB, tasks = rows * heads * qblocks;
+    const int64_t rp_max = (groups * QB + LANES - 1) / LANES * LANES;
+    if (threads < 1) threads = 1;
+    if (threads > tasks) threads = (int)(tasks > 0 ? tasks : 1);
+    int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(| : failed)
+    {
+        float *scratch = malloc(task_floats(dim, rp_max) * sizeof(float));
+        if (!scratch) failed = 1;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tasks; t++)
+            if (scratch) prefill_task(&j, t, qblocks, scratch);
         free(scratch);
     }
     return failed ? -1 : 0;

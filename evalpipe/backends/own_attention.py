@@ -70,6 +70,8 @@ def kernel() -> ctypes.CDLL | None:
         return None
     lib.decode_attention.argtypes = [_ptr] * 8 + [_i64] * 12 + [ctypes.c_float, ctypes.c_int]
     lib.decode_attention.restype = ctypes.c_int
+    lib.prefill_attention.argtypes = [_ptr] * 8 + [_i64] * 15 + [ctypes.c_float, ctypes.c_int]
+    lib.prefill_attention.restype = ctypes.c_int
     return lib
 
 

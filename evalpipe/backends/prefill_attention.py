@@ -1,56 +1,66 @@
-"""Attention of a long prefill chunk as two oneDNN products per row and key head.
+"""Attention of a prefill chunk over [shared prefix | the row's own tokens], as the C
+kernel `prefill_attention` in own_attention.c.
 
-A RAG prompt prefills a thousand or more of its own tokens. torch's CPU flash
-kernel ran that attention at 88-134 GFLOP/s here, after `repeat_kv` copied every
-key and value once per query head; the same work as one product for the scores
-(all the query heads that share a key head at once, against the keys in the
-cache's own layout), a softmax, and one product for the weighted values ran at
-158-194 GFLOP/s on oneDNN (the library the packed linears use), the results
-within 3e-7 of the flash kernel's (one-off script, 1-4 rows, 128-512 queries
-against 1,000-2,000 keys, docs/speed.md).
+A RAG prompt prefills a thousand or more of its own tokens. Done as products, a
+chunk's attention writes every score of the context out, masks it, runs a
+softmax over it and reads it back: in the default job's RAG cells those passes
+took more time than the products, and the products multiplied the left padding
+of shorter rows and the causal triangle's masked half too (1.56 TFLOP computed
+for ~0.9 attended). The kernel works flash-style: a block of key columns at a
+time, scored, masked, weighted and summed into the output while in the cache,
+skipping blocks that are padding or after a query block's last token. The
+prefix is read where it is stored, not copied in front of every row's keys.
 
-Short chunks (many rows of a few dozen queries) stay with torch's kernel: there
-the per-row products are too small to pay for the Python loop around them. It
-runs inside the engine's shared-prefix attention (prefix_attention.py), so
-`model.generate` keeps the model's own attention.
+It runs inside the engine's shared-prefix attention (prefix_attention.py), so
+`model.generate` keeps the model's own attention; without the kernel (no
+compiler, `EVALPIPE_NATIVE_KERNELS=0`) chunks go to the model's attention.
 """
 
 from __future__ import annotations
 
 import torch
 
-from evalpipe.backends import packed_linear
+from evalpipe.backends import own_attention
 
-MIN_QUERIES = 64  # query tokens per row below which torch's fused kernel is kept
+MIN_QUERIES = 2  # query tokens per row from which the kernel takes a chunk (1: decode)
 
 
-def takes(query: torch.Tensor, key: torch.Tensor, mask) -> bool:
-    """True for float32 CPU chunks of at least MIN_QUERIES query tokens with a boolean
-    mask, where oneDNN is present."""
+def takes(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
+    """True for float32 CPU chunks of at least MIN_QUERIES query tokens whose head size
+    is a multiple of 16 with unit stride, keys and values laid out alike, and a built
+    kernel."""
     return (query.shape[2] >= MIN_QUERIES and query.device.type == "cpu"
-            and query.dtype == key.dtype == torch.float32
-            and isinstance(mask, torch.Tensor) and mask.dtype == torch.bool
-            and packed_linear.available())
+            and query.shape[-1] % 16 == 0
+            and all(t.dtype == torch.float32 and t.stride(-1) == 1 for t in (query, key, value))
+            and key.stride() == value.stride() and own_attention.kernel() is not None)
 
 
 def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
-           scale: float) -> torch.Tensor:
-    """query [B, H, q, D] over key/value [B, KVH, S, D] where mask [B or 1, 1, q, S] is
-    True: [B, q, H, D], as the model's attention functions return it."""
+           prefix: tuple[torch.Tensor, torch.Tensor] | None, prefix_rows: torch.Tensor,
+           scale: float) -> torch.Tensor | None:
+    """query [B, H, q, D] over [prefix | key/value [B, KVH, S, D]]: [B, q, H, D], as the
+    model's attention functions return it. `mask` [B, S] bool marks each row's real own
+    columns; the chunk's queries are the last q of them, each attending causally.
+    `prefix` (keys, values) [1, KVH, P, D] is attended by the rows where `prefix_rows`
+    [B] is True. None where the kernel could not get its scratch memory."""
     b, heads, q_len, dim = query.shape
     kv_heads, s_len = key.shape[1], key.shape[2]
-    groups = heads // kv_heads
-    # The lowest finite value, not -inf: a padding query that may attend to nothing gets
-    # finite (ignored) weights instead of NaN, which would spread through the products.
-    low = torch.finfo(torch.float32).min
-    out = torch.empty(b, kv_heads, groups * q_len, dim, dtype=torch.float32)
-    for row in range(b):
-        blocked = ~mask[row if mask.shape[0] > 1 else 0, 0]  # [q, S]
-        for head in range(kv_heads):
-            # Query heads head * groups + g share key head `head` (as repeat_kv pairs them).
-            q = query[row, head * groups:(head + 1) * groups].reshape(groups * q_len, dim)
-            scores = packed_linear.matmul(q * scale, key[row, head].contiguous())
-            scores = scores.view(groups, q_len, s_len).masked_fill_(blocked, low)
-            weights = torch.softmax(scores, -1).view(groups * q_len, s_len)
-            out[row, head] = packed_linear.matmul(weights, value[row, head].t().contiguous())
-    return out.view(b, heads, q_len, dim).transpose(1, 2).contiguous()
+    if mask.dtype != torch.bool or prefix_rows.dtype != torch.bool:  # read as one byte each
+        raise TypeError(f"prefill-attention masks must be bool, got {mask.dtype} and "
+                        f"{prefix_rows.dtype}")
+    mask, rows = mask.contiguous(), prefix_rows.contiguous()
+    if prefix is not None:
+        pk, pv = prefix
+        if pk.stride() != pv.stride() or pk.stride(-1) != 1:
+            pk, pv = pk.contiguous(), pv.contiguous()
+        p_len, pk_ptr, pv_ptr, (phs, pps) = pk.shape[2], pk.data_ptr(), pv.data_ptr(), \
+            pk.stride()[1:3]
+    else:
+        p_len = pk_ptr = pv_ptr = phs = pps = 0
+    out = torch.empty(b, q_len, heads, dim, dtype=torch.float32)
+    failed = own_attention.kernel().prefill_attention(
+        query.data_ptr(), pk_ptr, pv_ptr, rows.data_ptr(), key.data_ptr(), value.data_ptr(),
+        mask.data_ptr(), out.data_ptr(), b, kv_heads, heads // kv_heads, dim, q_len, p_len,
+        s_len, *query.stride()[:3], phs, pps, *key.stride()[:3], scale,
+        torch.get_num_threads())
+    return None if failed else out

@@ -62,12 +62,18 @@ def install(model) -> bool:
                   **kwargs):
         if shared_prefix is None:
             return fallback(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
-        if query.shape[2] > 1:  # prefill: the fused kernels win; the copy lasts one layer
+        if query.shape[2] > 1:  # prefill: the C kernel, else the model's own on a copy
+            if prefill_attention.takes(query, key, value):
+                scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+                own = _row_mask(attention_mask, query.shape[2], key.shape[2], key.device)
+                # The last query sees every real column: its mask row is the row's columns.
+                out = prefill_attention.attend(query, key, value, own[:, 0, -1].expand(
+                    key.shape[0], -1), shared_prefix.kv[module.layer_idx], shared_prefix.rows,
+                    scale)
+                if out is not None:
+                    return out, None
             key, value, attention_mask = _with_prefix(key, value, attention_mask, shared_prefix,
                                                       module.layer_idx, query.shape[2])
-            if prefill_attention.takes(query, key, attention_mask):
-                scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-                return prefill_attention.attend(query, key, value, attention_mask, scale), None
             return fallback(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
         return _cascade(module, query, key, value, attention_mask, scaling, shared_prefix)
 
