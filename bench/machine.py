@@ -37,9 +37,9 @@ def load_note() -> str:
 
 def matmul_rate(n: int = 1024, seconds: float = 2.0) -> float:
     """Measured float32 FLOP/s of an n x n x n product with torch's threads: the best of
-    torch's matmul (the BLAS torch was built with) and the oneDNN product on a packed
-    weight that the engine's linears run (best of a few runs each). The two differ by
-    CPU: on one AMD EPYC the BLAS ran at 116 GFLOP/s and oneDNN at about 300, so a
+    torch's matmul (the BLAS torch was built with), oneDNN's product on a packed weight,
+    and the panel kernel the engine's linears run (best of a few runs each). They differ
+    by CPU: on one AMD EPYC the BLAS ran at 116 GFLOP/s and oneDNN at about 300, so a
     ceiling from the BLAS alone put a run at 158% of it."""
     import torch
 
@@ -47,9 +47,13 @@ def matmul_rate(n: int = 1024, seconds: float = 2.0) -> float:
 
     a, b = torch.randn(n, n), torch.randn(n, n)
     products = [lambda: torch.mm(a, b)]
-    if packed_linear.available():
-        w = packed_linear.pack(b.t().contiguous())
-        products.append(lambda: packed_linear.matmul(a, w))
+    weight = b.t().contiguous()
+    if packed_linear.onednn_available():
+        onednn = packed_linear.pack_onednn(weight)
+        products.append(lambda: packed_linear.matmul(a, onednn))
+    if packed_linear.available():  # the engine's own kernel for float32 (panels)
+        engine = packed_linear.pack(weight)
+        products.append(lambda: packed_linear.matmul(a, engine))
     best = 0.0
     for product in products:
         product()
@@ -88,7 +92,7 @@ def floor_share(model, processed_tokens: int, seconds: float, attended: int | No
     rate, fpt = matmul_rate(), flops_per_token(model)
     floor = processed_tokens * fpt / rate
     line = (f"compute floor {floor:.1f} s ({processed_tokens} tokens x {fpt / 1e6:.0f} MFLOP / "
-            f"{rate / 1e9:.0f} GFLOP/s measured float32 matmul, the best of BLAS and oneDNN) "
+            f"{rate / 1e9:.0f} GFLOP/s measured float32 matmul, the best of BLAS, oneDNN and panels) "
             f"= {floor / seconds:.0%} of {seconds:.1f} s")
     if attended:
         extra = attended * attention_flops_per_column(model) / rate

@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from evalpipe.backends import own_attention
+from evalpipe.backends import native, own_attention
 from evalpipe.backends.prefix_attention import SharedPrefix, _cascade
 
 needs_compiler = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
@@ -113,7 +113,7 @@ def test_exp_in_the_kernel_matches_torch_over_the_softmax_range():
 def test_no_kernel_where_it_cannot_be_built(monkeypatch, tmp_path):
     monkeypatch.setenv("EVALPIPE_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
-    monkeypatch.setattr(own_attention.shutil, "which",
+    monkeypatch.setattr(native.shutil, "which",
                         lambda name: "/bin/false" if name == "false" else None)
     own_attention.kernel.cache_clear()
     try:

@@ -90,7 +90,7 @@ def test_engine_forward_runs_on_packed_layers_and_equals_generate(monkeypatch):
     torch.manual_seed(1)
     prompts = [torch.randint(3, 96, (n,)).tolist() for n in (5, 9, 14, 30, 31, 44)]
     rows = gen.generate(prompts, max_new_tokens=16, batch_size=6)
-    assert calls and min(calls) >= packed_linear.MIN_ROWS  # prefill and decode both packed
+    assert calls and min(calls) >= packed_linear.MIN_ROWS[gen.packed.kernel]  # prefill, decode
     for prompt, row in zip(prompts, rows):
         assert row.tokens == helpers.greedy_reference(model, prompt, 16, 7)
 
@@ -98,7 +98,7 @@ def test_engine_forward_runs_on_packed_layers_and_equals_generate(monkeypatch):
 def test_embedded_model_replies_equal_generate_one_at_a_time(default_backend):
     backend = default_backend
     assert backend.batcher.packed is not None
-    assert backend.describe()["linear_kernel"] == "onednn-packed"
+    assert backend.describe()["linear_kernel"] == "panel"
     tok = backend.tokenizer
     prompts = [tok(backend.render([{"role": "user", "content": f"What is {a} times {b}?"}],
                                   None))["input_ids"] for a, b in [(3, 7), (12, 11), (45, 6),
@@ -108,3 +108,36 @@ def test_embedded_model_replies_equal_generate_one_at_a_time(default_backend):
     rows = backend.batcher.generate(prompts, max_new_tokens=32, batch_size=8)
     for prompt, row in zip(prompts, rows):
         assert row.tokens == helpers.greedy_reference(backend.model, prompt, 32, eos)
+
+
+@pytest.mark.parametrize("rows, inner, out", [(1, 64, 128), (5, 37, 96), (13, 576, 200),
+                                              (64, 100, 64)])
+def test_panel_product_equals_linear(rows, inner, out):
+    """Panels of 64 outputs for any width (zeros past it), rows in tiles of six and a
+    remainder, an inner size that is no whole number of vectors, and a bias."""
+    if not packed_linear.available(torch.float32) or packed_linear._panel_kernel() is None:
+        pytest.skip("no C compiler: the panel kernel is not built")
+    torch.manual_seed(rows + out)
+    weight, bias = torch.randn(out, inner), torch.randn(out)
+    x = torch.randn(2, rows, inner)[:, :, :]
+    packed = packed_linear.pack(weight)
+    assert isinstance(packed, packed_linear.Panels)
+    got = packed_linear._packed_matmul(x, packed, bias)
+    assert got.shape == (2, rows, out)
+    assert torch.allclose(got, torch.nn.functional.linear(x, weight, bias), rtol=1e-5, atol=1e-4)
+
+
+def test_other_dtypes_and_no_compiler_take_onednn(monkeypatch):
+    if not packed_linear.onednn_available():
+        pytest.skip("no oneDNN in this torch")
+    weight = torch.randn(96, 64)
+    assert not isinstance(packed_linear.pack(weight.bfloat16()), packed_linear.Panels)
+    monkeypatch.setenv("EVALPIPE_NATIVE_KERNELS", "0")
+    packed_linear._panel_kernel.cache_clear()
+    try:
+        packed = packed_linear.pack(weight)
+        assert not isinstance(packed, packed_linear.Panels)
+        x = torch.randn(8, 64)
+        assert torch.allclose(packed_linear.matmul(x, packed), x @ weight.t(), atol=1e-5)
+    finally:
+        packed_linear._panel_kernel.cache_clear()

@@ -10,7 +10,7 @@ same as the model's own). Everything else (the cache update, the attention
 function, the residuals) is the model's.
 
 The fused forward runs only while its `PackedLinears` is on (inside the
-engine's own forward calls) and with at least `MIN_ROWS` tokens; otherwise
+engine's own forward calls) and with at least `MIN_ROWS` tokens of its kernel; otherwise
 the layer's stock forward runs, so `model.generate` is unchanged. A fused
 product may round differently in the last bits from the separate ones (as the
 packed kernel does from the stock one); greedy replies are tested identical to

@@ -11,62 +11,31 @@ row and key head: each key and value row is read once for all the query heads
 that share it, masked columns are skipped, and the prefix keys, transposed once
 per stored prefix, are scored 32 positions at a time.
 
-It is plain C with no torch headers, so the machine's compiler builds it in
-well under a second at first use, for this CPU (`-march=native`), into the
-user cache. Where no compiler is found or the build fails, `kernel()` returns
-None and attention keeps torch's products (prefix_attention.py); nothing else
-changes. `EVALPIPE_NATIVE_KERNELS=0` turns it off.
+The same file holds the prefill kernel (prefill_attention.py). It is built at
+first use (native.py); where it cannot be, `kernel()` returns None and attention
+keeps torch's products (prefix_attention.py); nothing else changes.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import sys
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
+from evalpipe.backends import native
+
 SOURCE = Path(__file__).with_name("own_attention.c")
-FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-fopenmp")
 _i64, _ptr = ctypes.c_int64, ctypes.c_void_p
 
 
 @lru_cache(maxsize=1)
 def kernel() -> ctypes.CDLL | None:
     """The built kernel library, or None where it cannot be had (see the module doc)."""
-    if os.environ.get("EVALPIPE_NATIVE_KERNELS", "1") == "0" or sys.platform == "win32":
-        return None
-    compiler = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
-    if compiler is None:
-        return None
-    from evalpipe.backends.cpu import cpu_info
-    from evalpipe.paths import cache_dir
-
-    source = SOURCE.read_bytes()
-    # -march=native code runs only on CPUs like this one: the CPU is part of the key.
-    key = hashlib.sha256(b"\0".join([source, compiler.encode(), " ".join(FLAGS).encode(),
-                                     platform.machine().encode(), cpu_info()[0].encode()]))
-    target = cache_dir("kernels") / f"own_attention-{key.hexdigest()[:16]}.so"
-    if not target.exists():
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            built = Path(tmp) / target.name
-            try:
-                subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built)], check=True,
-                               capture_output=True, timeout=120)
-            except (OSError, subprocess.SubprocessError):
-                return None
-            os.replace(built, target)  # atomic: parallel first uses cannot see half a file
-    try:
-        lib = ctypes.CDLL(str(target))
-    except OSError:
+    lib = native.build(SOURCE)
+    if lib is None:
         return None
     lib.decode_attention.argtypes = [_ptr] * 8 + [_i64] * 12 + [ctypes.c_float, ctypes.c_int]
     lib.decode_attention.restype = ctypes.c_int

@@ -1,56 +1,123 @@
-"""Linear layers on weights packed once into oneDNN's layout, for the batching loop on CPU.
+"""Linear layers on weights packed once, for the batching loop on CPU.
 
 A decode step multiplies a few dozen rows by every weight matrix of the model,
 and the weights come cold from memory each step. torch's default CPU path
 repacks a weight into the blocked layout its kernel wants on every call; with
 so few rows that repacking costs about as much as the multiply itself. Packed
 once, the linears of a loop shaped like SmolLM2's 30 layers took 106 instead of
-163 ms at 64 rows (float32), a whole decode step of the model 210-228 instead of
-236-274 ms, and a prefill-sized multiply (560 x 576 x 1536) ran at 190 instead of
-135 GFLOP/s (docs/speed.md).
+163 ms at 64 rows (float32) on oneDNN's packed kernel (docs/speed.md).
+
+float32 weights are packed into panels of 64 outputs for the C kernel in
+`panel_linear.c`, which streams them faster than oneDNN's kernel at decode
+sizes (the 30 layers at 16 rows: 22.0 against 27.5 ms; at 4 rows 12.9 against
+20.2) and is level with it at prefill sizes. bfloat16 weights, and float32 ones
+where the kernel cannot be built (native.py), take oneDNN's packed kernel.
 
 The packed path is on only inside `active()`, which the engine wraps around its
 own forward calls, so `model.generate` (the reference the engine's greedy
-replies are tested against) still runs the model's stock layers. The two
-kernels sum in different orders, so logits differ in the last bits, as the
-stock kernel's own results differ between batch sizes; greedy replies are
-tested identical. Decoder layers of the plain Llama layout get their q/k/v and
+replies are tested against) still runs the model's stock layers. The kernels
+sum in different orders, so logits differ in the last bits, as the stock
+kernel's own results differ between batch sizes; greedy replies are tested
+identical. Decoder layers of the plain Llama layout get their q/k/v and
 gate/up projections fused into one packed product each (`fused_layer`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from evalpipe.backends import fused_layer
+from evalpipe.backends import fused_layer, native
 
-MIN_ROWS = 4  # below this many rows the stock kernel is as fast (one-request decode)
+# Rows from which a product takes the packed weights: below 4, oneDNN's packed kernel is
+# no faster than the stock one; the panel kernel is faster from one row (the layers of
+# SmolLM2-135M at one row: 16.0 against 36.2 ms).
+MIN_ROWS = {"panel": 1, "onednn-packed": 4}
+PANEL = 64  # outputs per panel: PANEL in panel_linear.c
+SOURCE = Path(__file__).with_name("panel_linear.c")
 
 
-def available() -> bool:
+@functools.lru_cache(maxsize=1)
+def _panel_kernel() -> ctypes.CDLL | None:
+    lib = native.build(SOURCE)
+    if lib is not None:
+        lib.pack_panels.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                    ctypes.c_void_p]
+        lib.panel_linear.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                     ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                     ctypes.c_int]
+    return lib
+
+
+def onednn_available() -> bool:
     """This torch has oneDNN's packed linear kernels."""
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
                                                             "_reorder_linear_weight")
 
 
-def pack(weight: torch.Tensor) -> torch.Tensor:
-    """`weight` [out, in] in oneDNN's blocked layout, for `matmul`."""
+def available(dtype: torch.dtype = torch.float32) -> bool:
+    """Weights of `dtype` can be packed here."""
+    return (dtype == torch.float32 and _panel_kernel() is not None) or onednn_available()
+
+
+@dataclass(frozen=True)
+class Panels:
+    """A float32 weight [out, in] as [ceil(out / 64), in, 64] panels (zeros past out)."""
+
+    data: torch.Tensor
+    out_features: int
+
+
+def pack_onednn(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` [out, in] in oneDNN's blocked layout."""
     return torch.ops.mkldnn._reorder_linear_weight(weight, 64)
 
 
-def matmul(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+def pack(weight: torch.Tensor) -> Panels | torch.Tensor:
+    """`weight` [out, in] packed for `matmul`: panels for the C kernel where it takes the
+    dtype, else oneDNN's layout."""
+    lib = _panel_kernel() if weight.dtype == torch.float32 else None
+    if lib is None:
+        return pack_onednn(weight)
+    out, inner = weight.shape
+    w = weight.detach().contiguous()
+    data = torch.empty(-(-out // PANEL), inner, PANEL, dtype=torch.float32)
+    lib.pack_panels(w.data_ptr(), out, inner, data.data_ptr())
+    return Panels(data, out)
+
+
+def matmul(x: torch.Tensor, packed: Panels | torch.Tensor) -> torch.Tensor:
     """x [..., in] times the weight's transpose, as `F.linear` without a bias: a weight
-    packed by `pack`, or a plain [out, in] one (which oneDNN reorders in the call)."""
+    packed by `pack` or `pack_onednn`, or a plain [out, in] one (which oneDNN reorders in
+    the call)."""
     return _packed_matmul(x, packed, None)
 
 
-def _packed_matmul(x: torch.Tensor, packed: torch.Tensor, bias) -> torch.Tensor:
-    y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), packed, bias,
-                                           "none", [], "")
+def _packed_matmul(x: torch.Tensor, packed: Panels | torch.Tensor, bias) -> torch.Tensor:
+    if isinstance(packed, Panels):
+        rows = x.reshape(-1, x.shape[-1])
+        if rows.dtype != torch.float32 or rows.device.type != "cpu":
+            raise TypeError(f"panel weights take float32 CPU inputs, got {rows.dtype} on "
+                            f"{rows.device}")
+        rows = rows.contiguous()
+        panels = packed.data.shape[0]
+        y = torch.empty(rows.shape[0], panels * PANEL, dtype=torch.float32)
+        _panel_kernel().panel_linear(rows.data_ptr(), rows.shape[0], rows.shape[1],
+                                     packed.data.data_ptr(), panels, y.data_ptr(),
+                                     torch.get_num_threads())
+        if packed.out_features != y.shape[1]:
+            y = y[:, : packed.out_features]
+        if bias is not None:
+            y = y + bias
+    else:
+        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), packed, bias,
+                                               "none", [], "")
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
@@ -61,17 +128,19 @@ class PackedLinears:
         self.on = False
         self.layers = 0
         self.nbytes = 0  # memory the packed copies take
+        self.kernel = ""  # "panel" (panel_linear.c) or "onednn-packed"
 
     @classmethod
     def install(cls, model, budget_bytes: int) -> PackedLinears | None:
         """Pack every plain float32/bfloat16 `nn.Linear` of `model` on the CPU; None (and
-        nothing changed) where oneDNN is missing, its result disagrees with the stock
-        layer, or the copies would take more than `budget_bytes`."""
+        nothing changed) where no kernel takes their dtype, its result disagrees with the
+        stock layer, or the copies would take more than `budget_bytes`."""
         linears = [m for m in model.modules() if type(m) is torch.nn.Linear
                    and m.weight.device.type == "cpu"
                    and m.weight.dtype in (torch.float32, torch.bfloat16)]
         size = sum(m.weight.numel() * m.weight.element_size() for m in linears)
-        if not linears or size > budget_bytes or not available():
+        if not linears or size > budget_bytes or not all(available(m.weight.dtype)
+                                                                 for m in linears):
             return None
         self = cls()
         with torch.inference_mode():
@@ -92,11 +161,13 @@ class PackedLinears:
         for m, packed in packs:
             m.forward = functools.partial(self._forward, m.forward, packed, m.bias)
         self.layers, self.nbytes = len(linears), size
+        self.kernel = "panel" if isinstance(pack(first.weight[:1].detach()), Panels) \
+            else "onednn-packed"
         return self
 
     def _packed_for(self, x: torch.Tensor) -> bool:
         """Whether `x` takes the packed weights: inside `active()`, with enough rows."""
-        return self.on and x.numel() >= MIN_ROWS * x.shape[-1]
+        return self.on and x.numel() >= MIN_ROWS[self.kernel] * x.shape[-1]
 
     def _forward(self, stock, packed: torch.Tensor, bias, x: torch.Tensor) -> torch.Tensor:
         if not self._packed_for(x):

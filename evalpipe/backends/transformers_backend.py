@@ -147,7 +147,7 @@ class TransformersBackend(Backend):
                 (self.tokenizer.chat_template or "").encode()).hexdigest()[:16],
             "path": str(self.path) if isinstance(self.path, Path) else self.path,
             # How this machine multiplies (not part of the model's identity: see cache.py).
-            "linear_kernel": "onednn-packed" if self.generation == "loop"
+            "linear_kernel": self.batcher.packed.kernel if self.generation == "loop"
                              and self.batcher.packed is not None else "stock",
         }
 
