@@ -1,11 +1,12 @@
-"""The engine's linears on packed oneDNN weights against the stock CPU kernel.
+"""The engine's linears on packed weights against the stock CPU kernel.
 
     python bench/bench_kernels.py                 # W1: 160 questions, 128 new tokens
     python bench/bench_kernels.py --workload W2 --n 32
 
 Runs one workload (bench/workloads.py) through the engine twice in one process,
-once with the weights packed once into oneDNN's layout (the default on a CPU,
-`evalpipe/backends/packed_linear.py`) and once on the stock kernel, and prints
+once with the weights packed once (panels for float32, oneDNN's layout for
+bfloat16: the default on a CPU, `evalpipe/backends/packed_linear.py`) and once
+on the stock kernel, and prints
 wall time, tokens/s, the machine's load around each side, and how many replies
 (every turn's raw text) and final answers are identical: the two kernels sum
 in different orders, so this is the agreement the speed costs.
@@ -42,7 +43,7 @@ def main(argv=None) -> int:
     batcher = backend.batcher
     packed = batcher.packed
     if packed is None:
-        print("the linears could not be packed here (no oneDNN, or too little memory)")
+        print("the linears could not be packed here (no kernel for them, or too little memory)")
         return 1
     w = build(args.workload, args.n, args.max_new_tokens)
     run_engine(backend, build("W1", 2, 4))  # first-call costs paid before either side
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
           f"max_new_tokens {w.max_new_tokens}; {packed.layers} linears packed "
           f"({packed.nbytes / 2**20:.0f} MiB)")
     runs = {}
-    for label, kernel in (("packed (oneDNN)", packed), ("stock", None)):
+    for label, kernel in ((f"packed ({packed.kernel})", packed), ("stock", None)):
         backend.prefix_store.clear()
         batcher.packed = kernel
         before = load_now()
