@@ -92,8 +92,8 @@ def floor_share(model, processed_tokens: int, seconds: float, attended: int | No
     rate, fpt = matmul_rate(), flops_per_token(model)
     floor = processed_tokens * fpt / rate
     line = (f"compute floor {floor:.1f} s ({processed_tokens} tokens x {fpt / 1e6:.0f} MFLOP / "
-            f"{rate / 1e9:.0f} GFLOP/s measured float32 matmul, the best of BLAS, oneDNN and panels) "
-            f"= {floor / seconds:.0%} of {seconds:.1f} s")
+            f"{rate / 1e9:.0f} GFLOP/s measured float32 matmul, the best of BLAS, oneDNN and "
+            f"panels) = {floor / seconds:.0%} of {seconds:.1f} s")
     if attended:
         extra = attended * attention_flops_per_column(model) / rate
         line += (f"; with attention over the context ({attended} token-columns, "

@@ -132,7 +132,8 @@ def test_without_the_kernel_the_model_attention_gives_the_same_replies(monkeypat
         prompts = _long_prompts()[:3]
         refs = [reference(model, p, 8, -1) for p in prompts]
         gen = BatchGenerator(model, [-1], 0, PrefixStore())
-        assert not prefill_attention.takes(torch.randn(1, 2, 8, 16), *[torch.randn(1, 2, 8, 16)] * 2)
+        chunk = torch.randn(1, 2, 8, 16)
+        assert not prefill_attention.takes(chunk, chunk, chunk)
         rows = gen.generate(prompts, max_new_tokens=8, batch_size=3, prefix_reuse=True)
         assert [r.tokens for r in rows] == refs
     finally:

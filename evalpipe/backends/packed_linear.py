@@ -105,12 +105,14 @@ def _packed_matmul(x: torch.Tensor, packed: Panels | torch.Tensor, bias) -> torc
         if rows.dtype != torch.float32 or rows.device.type != "cpu":
             raise TypeError(f"panel weights take float32 CPU inputs, got {rows.dtype} on "
                             f"{rows.device}")
+        lib = _panel_kernel()
+        if lib is None:  # packed while the kernel was on, used after it was switched off
+            raise RuntimeError("panel weights need the panel kernel, which is not built")
         rows = rows.contiguous()
         panels = packed.data.shape[0]
         y = torch.empty(rows.shape[0], panels * PANEL, dtype=torch.float32)
-        _panel_kernel().panel_linear(rows.data_ptr(), rows.shape[0], rows.shape[1],
-                                     packed.data.data_ptr(), panels, y.data_ptr(),
-                                     torch.get_num_threads())
+        lib.panel_linear(rows.data_ptr(), rows.shape[0], rows.shape[1], packed.data.data_ptr(),
+                         panels, y.data_ptr(), torch.get_num_threads())
         if packed.out_features != y.shape[1]:
             y = y[:, : packed.out_features]
         if bias is not None:

@@ -45,6 +45,9 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: to
     [B] is True. None where the kernel could not get its scratch memory."""
     b, heads, q_len, dim = query.shape
     kv_heads, s_len = key.shape[1], key.shape[2]
+    lib = own_attention.kernel()
+    if lib is None:
+        raise RuntimeError("the attention kernels are not built: check takes() first")
     if mask.dtype != torch.bool or prefix_rows.dtype != torch.bool:  # read as one byte each
         raise TypeError(f"prefill-attention masks must be bool, got {mask.dtype} and "
                         f"{prefix_rows.dtype}")
@@ -58,7 +61,7 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: to
     else:
         p_len = pk_ptr = pv_ptr = phs = pps = 0
     out = torch.empty(b, q_len, heads, dim, dtype=torch.float32)
-    failed = own_attention.kernel().prefill_attention(
+    failed = lib.prefill_attention(
         query.data_ptr(), pk_ptr, pv_ptr, rows.data_ptr(), key.data_ptr(), value.data_ptr(),
         mask.data_ptr(), out.data_ptr(), b, kv_heads, heads // kv_heads, dim, q_len, p_len,
         s_len, *query.stride()[:3], phs, pps, *key.stride()[:3], scale,
