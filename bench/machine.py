@@ -51,7 +51,7 @@ def matmul_rate(n: int = 1024, seconds: float = 2.0) -> float:
     if packed_linear.onednn_available():
         onednn = packed_linear.pack_onednn(weight)
         products.append(lambda: packed_linear.matmul(a, onednn))
-    if packed_linear.available():  # the engine's own kernel for float32 (panels)
+    if packed_linear.kernel_for(torch.float32) == "panel":  # the engine's own float32 kernel
         engine = packed_linear.pack(weight)
         products.append(lambda: packed_linear.matmul(a, engine))
     best = 0.0

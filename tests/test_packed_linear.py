@@ -119,7 +119,7 @@ def test_panel_product_equals_linear(rows, inner, out):
         pytest.skip("no C compiler: the panel kernel is not built")
     torch.manual_seed(rows + out)
     weight, bias = torch.randn(out, inner), torch.randn(out)
-    x = torch.randn(2, rows, inner)[:, :, :]
+    x = torch.randn(2, rows, inner + 3)[:, :, :inner]  # strided, as a sliced activation
     packed = packed_linear.pack(weight)
     assert isinstance(packed, packed_linear.Panels)
     got = packed_linear._packed_matmul(x, packed, bias)

@@ -67,10 +67,11 @@ static inline float lanes_sum(vec x) {
     return (f[0] + f[2]) + (f[1] + f[3]);
 }
 
-static inline vec vmax(vec a, vec b) {
-    ivec keep = a > b;
+static inline vec vselect(ivec keep, vec a, vec b) {
     return (vec)(((ivec)a & keep) | ((ivec)b & ~keep));
 }
+
+static inline vec vmax(vec a, vec b) { return vselect(a > b, a, b); }
 
 static inline float lanes_max(vec x) {
     float m = x[0];
@@ -328,10 +329,6 @@ typedef struct {
     float scale;
 } pjob_t;
 
-static inline vec vselect(ivec keep, vec a, vec b) {
-    return (vec)(((ivec)a & keep) | ((ivec)b & ~keep));
-}
-
 /* st[j, rv : rv + 16 NV] for keys j0 .. j0 + NJ: qt (transposed queries, width rp)
  * against key rows at keys + j * kps. */
 static inline __attribute__((always_inline)) void block_scores(
@@ -470,9 +467,10 @@ static void prefill_task(const pjob_t *j, int64_t t, int64_t qblocks, float *scr
 
     for (int64_t r = 0; r < rp; r++) {
         int64_t g = r / n, i = i0 + r % n;
-        const float *qr = j->q + row * j->qrs + (head * G + g) * j->qhs + i * j->qps;
+        const float *qr = r < r_used ? j->q + row * j->qrs + (head * G + g) * j->qhs +
+                                           i * j->qps : NULL;
         for (int64_t d = 0; d < D; d++) {
-            qt[d * rp + r] = r < r_used ? qr[d] * j->scale : 0.0f;
+            qt[d * rp + r] = qr ? qr[d] * j->scale : 0.0f;
             ot[d * rp + r] = 0.0f;
         }
         m[r] = -INFINITY;

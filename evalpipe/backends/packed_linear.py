@@ -47,8 +47,6 @@ SOURCE = Path(__file__).with_name("panel_linear.c")
 def _panel_kernel() -> ctypes.CDLL | None:
     lib = native.build(SOURCE)
     if lib is not None:
-        lib.pack_panels.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                                    ctypes.c_void_p]
         lib.panel_linear.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                      ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                      ctypes.c_int]
@@ -63,7 +61,7 @@ def onednn_available() -> bool:
 
 def available(dtype: torch.dtype = torch.float32) -> bool:
     """Weights of `dtype` can be packed here."""
-    return (dtype == torch.float32 and _panel_kernel() is not None) or onednn_available()
+    return kernel_for(dtype) == "panel" or onednn_available()
 
 
 @dataclass(frozen=True)
@@ -79,17 +77,19 @@ def pack_onednn(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight, 64)
 
 
+def kernel_for(dtype: torch.dtype) -> str:
+    """The packed kernel weights of `dtype` run on: "panel" or "onednn-packed"."""
+    return "panel" if dtype == torch.float32 and _panel_kernel() is not None \
+        else "onednn-packed"
+
+
 def pack(weight: torch.Tensor) -> Panels | torch.Tensor:
-    """`weight` [out, in] packed for `matmul`: panels for the C kernel where it takes the
-    dtype, else oneDNN's layout."""
-    lib = _panel_kernel() if weight.dtype == torch.float32 else None
-    if lib is None:
+    """`weight` [out, in] packed for `matmul` in the layout of `kernel_for` its dtype."""
+    if kernel_for(weight.dtype) != "panel":
         return pack_onednn(weight)
     out, inner = weight.shape
-    w = weight.detach().contiguous()
-    data = torch.empty(-(-out // PANEL), inner, PANEL, dtype=torch.float32)
-    lib.pack_panels(w.data_ptr(), out, inner, data.data_ptr())
-    return Panels(data, out)
+    padded = torch.nn.functional.pad(weight.detach(), (0, 0, 0, -out % PANEL))
+    return Panels(padded.view(-1, PANEL, inner).transpose(1, 2).contiguous(), out)
 
 
 def matmul(x: torch.Tensor, packed: Panels | torch.Tensor) -> torch.Tensor:
@@ -163,8 +163,7 @@ class PackedLinears:
         for m, packed in packs:
             m.forward = functools.partial(self._forward, m.forward, packed, m.bias)
         self.layers, self.nbytes = len(linears), size
-        self.kernel = "panel" if isinstance(pack(first.weight[:1].detach()), Panels) \
-            else "onednn-packed"
+        self.kernel = kernel_for(first.weight.dtype)
         return self
 
     def _packed_for(self, x: torch.Tensor) -> bool:

@@ -8,8 +8,8 @@
  * loops about 19 (the layers of SmolLM2-135M: 27.5 against 22.0 ms at 16 rows, 20.2
  * against 12.9 at 4); at prefill sizes (thousands of rows) the two are level.
  *
- * Layouts (float32): w [n, k] row-major, packed by `pack_panels` into [ceil(n / 64), k,
- * 64] with zeros past n; x [m, k] and y [m, panels * 64] contiguous.
+ * Layouts (float32): w [n, k] as packed by packed_linear.pack, [ceil(n / 64), k, 64]
+ * with zeros past n; x [m, k] and y [m, panels * 64] contiguous.
  * Built at first use by native.py with the machine's own compiler. */
 #include <stdint.h>
 
@@ -29,16 +29,6 @@ static inline vec load(const float *p) {
 }
 
 static inline void store(float *p, vec x) { __builtin_memcpy(p, &x, sizeof x); }
-
-void pack_panels(const float *w, int64_t n, int64_t k, float *wp) {
-    int64_t panels = (n + PANEL - 1) / PANEL;
-    for (int64_t p = 0; p < panels; p++)
-        for (int64_t i = 0; i < k; i++)
-            for (int64_t c = 0; c < PANEL; c++) {
-                int64_t o = p * PANEL + c;
-                wp[(p * k + i) * PANEL + c] = o < n ? w[o * k + i] : 0.0f;
-            }
-}
 
 static inline __attribute__((always_inline)) void tile(const float *x, int64_t k,
                                                        const float *wp, float *y, int64_t ys,
