@@ -1,8 +1,8 @@
 """The engine's C kernels, built by the machine's own compiler at first use.
 
-Each kernel is one plain C file beside this module, with no torch headers, so the
-compiler builds it in well under a second, for this CPU (`-march=native`), into
-the user cache. Where no compiler is found or the build fails, `build` returns
+Each kernel is one plain C file beside this module, with no torch headers (only
+simd.h, the vector type they share), so the compiler builds it in well under a
+second, for this CPU (`-march=native`), into the user cache. Where no compiler is found or the build fails, `build` returns
 None and the caller keeps torch's own operations; nothing else changes.
 `EVALPIPE_NATIVE_KERNELS=0` turns every kernel off.
 """
@@ -36,17 +36,18 @@ def build(source: Path) -> ctypes.CDLL | None:
     from evalpipe.backends.cpu import cpu_info
     from evalpipe.paths import cache_dir
 
-    text = source.read_bytes()
-    # -march=native code runs only on CPUs like this one: the CPU is part of the key.
-    key = hashlib.sha256(b"\0".join([text, compiler.encode(), " ".join(FLAGS).encode(),
+    # The source and the headers beside it; -march=native code runs only on CPUs like
+    # this one: the CPU is part of the key.
+    texts = [source.read_bytes()] + [h.read_bytes() for h in sorted(source.parent.glob("*.h"))]
+    key = hashlib.sha256(b"\0".join([*texts, compiler.encode(), " ".join(FLAGS).encode(),
                                      platform.machine().encode(), cpu_info()[0].encode()]))
     target = cache_dir("kernels") / f"{source.stem}-{key.hexdigest()[:16]}.so"
     if not target.exists():
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             built = Path(tmp) / target.name
             try:
-                subprocess.run([compiler, *FLAGS, str(source), "-o", str(built)], check=True,
-                               capture_output=True, timeout=120)
+                subprocess.run([compiler, *FLAGS, f"-I{source.parent}", str(source), "-o",
+                                str(built)], check=True, capture_output=True, timeout=120)
             except (OSError, subprocess.SubprocessError):
                 return None
             os.replace(built, target)  # atomic: parallel first uses cannot see half a file

@@ -24,14 +24,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-typedef float vec __attribute__((vector_size(64))); /* 16 floats: one AVX-512 register */
-typedef int32_t ivec __attribute__((vector_size(64)));
-typedef float half __attribute__((vector_size(32)));
-typedef float quarter __attribute__((vector_size(16)));
-#define LANES 16
-#define BLOCK 32 /* prefix positions per score block: two vectors, for two FMA chains */
+#include "simd.h"
+
+typedef float quad __attribute__((vector_size(16)));
+#define BLOCK 32 /* prefix positions padded to whole blocks, scored two vectors at a time */
 #define MAXG 4   /* query groups held in registers at once */
-#define MAXV 4   /* value vectors (64 floats of dim) held per group */
+#define MAXV 4   /* value vectors of dim held per group (with AVX2's 16 registers, 3 was no
+                  * faster: the loop waits on memory) */
 
 typedef struct {
     const float *q, *pkt, *pv, *k, *v;
@@ -43,27 +42,19 @@ typedef struct {
     float scale;
 } job_t;
 
-static inline vec load(const float *p) {
-    vec x;
-    __builtin_memcpy(&x, p, sizeof x); /* unaligned */
-    return x;
-}
-
-static inline void store(float *p, vec x) { __builtin_memcpy(p, &x, sizeof x); }
-
-/* Keeps a loaded vector in a register: without it the compiler folds the load into
- * every multiply-add that uses it, and on CPUs that split 512-bit loads the loads, not
- * the multiply-adds, then bound the loop. */
-#define in_register(x) __asm__("" : "+v"(x))
-
-static inline vec splat(float x) { return (vec){0} + x; }
-
 /* Sum of a vector's lanes by halves, in shuffles (a chain of 16 dependent scalar adds
  * would cost ten times the products). */
 static inline float lanes_sum(vec x) {
-    half h = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) +
-             __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
-    quarter f = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+#if LANES == 16
+    typedef float oct __attribute__((vector_size(32)));
+    oct h = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) +
+            __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+    quad f = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+#elif LANES == 8
+    quad f = __builtin_shufflevector(x, x, 0, 1, 2, 3) + __builtin_shufflevector(x, x, 4, 5, 6, 7);
+#else
+    quad f = x;
+#endif
     return (f[0] + f[2]) + (f[1] + f[3]);
 }
 
@@ -106,7 +97,7 @@ static inline __attribute__((always_inline)) void prefix_scores(const job_t *j, 
                                                                 int64_t w, const int GB) {
     const int64_t D = j->dim, PP = j->ppad;
     const float *kt = j->pkt + head * D * PP;
-    for (int64_t s = 0; s < PP; s += BLOCK) {
+    for (int64_t s = 0; s < PP; s += 2 * LANES) { /* PP: whole BLOCKs, so whole steps */
         vec a0[MAXG] = {{0}}, a1[MAXG] = {{0}};
         for (int64_t d = 0; d < D; d++) {
             vec k0 = load(kt + d * PP + s), k1 = load(kt + d * PP + s + LANES);
@@ -135,7 +126,7 @@ static void prefix_scores_any(const job_t *j, int64_t head, const float *qs, flo
     }
 }
 
-/* out[g, d0 : d0 + 16 NV] for GB groups: the weighted values over the prefix (when the
+/* out[g, d0 : d0 + LANES NV] for GB groups: the weighted values over the prefix (when the
  * row has it) and the row's unmasked own tokens, divided by each group's sum. */
 static inline __attribute__((always_inline)) void weighted_values(
     const job_t *j, int64_t row, int64_t head, int has_p, const float *e, const float *sums,
@@ -299,7 +290,7 @@ int decode_attention(const float *q, const float *pkt, const float *pv, const ui
  *
  * A task is one row, one key head and up to QB query tokens; its query rows are the
  * groups x tokens that share the key head (r = g * n + token). They are held transposed,
- * [dim, rows], so a key's scores for 16 query rows are one vector and the softmax runs
+ * [dim, rows], so a key's scores for LANES query rows are one vector and the softmax runs
  * along the lanes with no sums across them.
  *
  * Masking: own column c is attended by query token i when mask[c] and c <= len - q_len
@@ -314,9 +305,13 @@ int decode_attention(const float *q, const float *pkt, const float *pv, const ui
 
 #define QB 32 /* query tokens per task */
 #define KB 64 /* key columns per block */
-#define JB 4  /* keys per score register block */
-#define NQ 4  /* query-row vectors per register block */
 #define DB 4  /* dims per value register block */
+#define JB 4  /* keys per score register block */
+#if LANES == 16 /* query-row vectors per register block: JB (or DB) x NQ accumulators */
+#define NQ 4
+#else /* 16 registers (AVX2): 3 was level with 2 at the default job's shapes, 4 and 1 slower */
+#define NQ 2
+#endif
 
 typedef struct {
     const float *q, *pk, *pv, *k, *v;
@@ -329,7 +324,7 @@ typedef struct {
     float scale;
 } pjob_t;
 
-/* st[j, rv : rv + 16 NV] for keys j0 .. j0 + NJ: qt (transposed queries, width rp)
+/* st[j, rv : rv + LANES NV] for keys j0 .. j0 + NJ: qt (transposed queries, width rp)
  * against key rows at keys + j * kps. */
 static inline __attribute__((always_inline)) void block_scores(
     const float *qt, int64_t rp, int64_t D, const float *keys, int64_t kps, int64_t rv,
@@ -354,8 +349,8 @@ static inline __attribute__((always_inline)) void block_scores(
     switch (nv) {                                                                         \
     case 1: block_scores(qt, rp, D, keys, kps, rv, st, NJ_, 1); break;                    \
     case 2: block_scores(qt, rp, D, keys, kps, rv, st, NJ_, 2); break;                    \
-    case 3: block_scores(qt, rp, D, keys, kps, rv, st, NJ_, 3); break;                    \
-    default: block_scores(qt, rp, D, keys, kps, rv, st, NJ_, 4); break;                   \
+    case 3: block_scores(qt, rp, D, keys, kps, rv, st, NJ_, AT_MOST(3, NQ)); break;       \
+    default: block_scores(qt, rp, D, keys, kps, rv, st, NJ_, NQ); break;                  \
     }
 
 static void scores_any(const float *qt, int64_t rp, int64_t D, const float *keys, int64_t kps,
@@ -368,7 +363,7 @@ static void scores_any(const float *qt, int64_t rp, int64_t D, const float *keys
     }
 }
 
-/* ot[d0 : d0 + DB, rv : rv + 16 NV] = ot * alpha + sum over the block's keys j of
+/* ot[d0 : d0 + DB, rv : rv + LANES NV] = ot * alpha + sum over the block's keys j of
  * values[j, d] * pt[j, rv ...]. */
 static inline __attribute__((always_inline)) void block_values(
     const float *pt, int64_t rp, const float *values, int64_t vps, int64_t w, int64_t d0,
@@ -401,8 +396,9 @@ static void values_block(const float *pt, int64_t rp, const float *values, int64
             switch (nv) {
             case 1: block_values(pt, rp, values, vps, w, d0, rv, alpha, ot, DB, 1); break;
             case 2: block_values(pt, rp, values, vps, w, d0, rv, alpha, ot, DB, 2); break;
-            case 3: block_values(pt, rp, values, vps, w, d0, rv, alpha, ot, DB, 3); break;
-            default: block_values(pt, rp, values, vps, w, d0, rv, alpha, ot, DB, 4); break;
+            case 3: block_values(pt, rp, values, vps, w, d0, rv, alpha, ot, DB, AT_MOST(3, NQ));
+                break;
+            default: block_values(pt, rp, values, vps, w, d0, rv, alpha, ot, DB, NQ); break;
             }
         }
     }

@@ -7,10 +7,10 @@ so few rows that repacking costs about as much as the multiply itself. Packed
 once, the linears of a loop shaped like SmolLM2's 30 layers took 106 instead of
 163 ms at 64 rows (float32) on oneDNN's packed kernel (docs/speed.md).
 
-float32 weights are packed into panels of 64 outputs for the C kernel in
-`panel_linear.c`, which streams them faster than oneDNN's kernel at decode
-sizes (the 30 layers at 16 rows: 22.0 against 27.5 ms; at 4 rows 12.9 against
-20.2) and is level with it at prefill sizes. bfloat16 weights, and float32 ones
+float32 weights are packed into panels of outputs (64 with AVX-512, 16 with AVX2:
+`panel_width`) for the C kernel in `panel_linear.c`, which streams them faster
+than oneDNN's kernel at decode sizes (the 30 layers at 16 rows: 22.0 against 27.5
+ms; at 4 rows 12.9 against 20.2, AVX-512) and is level with it at prefill sizes. bfloat16 weights, and float32 ones
 where the kernel cannot be built (native.py), take oneDNN's packed kernel.
 
 The packed path is on only inside `active()`, which the engine wraps around its
@@ -39,7 +39,6 @@ from evalpipe.backends import fused_layer, native
 # no faster than the stock one; the panel kernel is faster from one row (the layers of
 # SmolLM2-135M at one row: 16.0 against 36.2 ms).
 MIN_ROWS = {"panel": 1, "onednn-packed": 4}
-PANEL = 64  # outputs per panel: PANEL in panel_linear.c
 SOURCE = Path(__file__).with_name("panel_linear.c")
 
 
@@ -50,23 +49,42 @@ def _panel_kernel() -> ctypes.CDLL | None:
         lib.panel_linear.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                      ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                      ctypes.c_int]
+        lib.panel_width.restype = ctypes.c_int
     return lib
 
 
-def onednn_available() -> bool:
-    """This torch has oneDNN's packed linear kernels."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
-                                                            "_reorder_linear_weight")
+def panel_width() -> int:
+    """Outputs per panel in the built kernel (its register tile's width on this CPU)."""
+    lib = _panel_kernel()
+    if lib is None:
+        raise RuntimeError("the panel kernel is not built: check kernel_for() first")
+    return int(lib.panel_width())
+
+
+@functools.lru_cache(maxsize=None)
+def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
+    """This torch has oneDNN's packed linear kernels and this CPU runs them for `dtype`
+    (bfloat16 packing needs avx512bw/vl/dq or avx_ne_convert: on an AVX2-only CPU oneDNN
+    refuses it)."""
+    if not (torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    try:
+        pack_onednn(torch.zeros(64, 64, dtype=dtype))
+    except RuntimeError:
+        return False
+    return True
 
 
 def available(dtype: torch.dtype = torch.float32) -> bool:
     """Weights of `dtype` can be packed here."""
-    return kernel_for(dtype) == "panel" or onednn_available()
+    return kernel_for(dtype) == "panel" or onednn_available(dtype)
 
 
 @dataclass(frozen=True)
 class Panels:
-    """A float32 weight [out, in] as [ceil(out / 64), in, 64] panels (zeros past out)."""
+    """A float32 weight [out, in] as [ceil(out / w), in, w] panels (zeros past out), w
+    the built kernel's `panel_width`."""
 
     data: torch.Tensor
     out_features: int
@@ -88,8 +106,9 @@ def pack(weight: torch.Tensor) -> Panels | torch.Tensor:
     if kernel_for(weight.dtype) != "panel":
         return pack_onednn(weight)
     out, inner = weight.shape
-    padded = torch.nn.functional.pad(weight.detach(), (0, 0, 0, -out % PANEL))
-    return Panels(padded.view(-1, PANEL, inner).transpose(1, 2).contiguous(), out)
+    width = panel_width()
+    padded = torch.nn.functional.pad(weight.detach(), (0, 0, 0, -out % width))
+    return Panels(padded.view(-1, width, inner).transpose(1, 2).contiguous(), out)
 
 
 def matmul(x: torch.Tensor, packed: Panels | torch.Tensor) -> torch.Tensor:
@@ -109,8 +128,11 @@ def _packed_matmul(x: torch.Tensor, packed: Panels | torch.Tensor, bias) -> torc
         if lib is None:  # packed while the kernel was on, used after it was switched off
             raise RuntimeError("panel weights need the panel kernel, which is not built")
         rows = rows.contiguous()
-        panels = packed.data.shape[0]
-        y = torch.empty(rows.shape[0], panels * PANEL, dtype=torch.float32)
+        panels, width = packed.data.shape[0], packed.data.shape[2]
+        if width != lib.panel_width():
+            raise RuntimeError(f"weights packed in panels of {width}, the kernel takes "
+                               f"{lib.panel_width()}")
+        y = torch.empty(rows.shape[0], panels * width, dtype=torch.float32)
         lib.panel_linear(rows.data_ptr(), rows.shape[0], rows.shape[1], packed.data.data_ptr(),
                          panels, y.data_ptr(), torch.get_num_threads())
         if packed.out_features != y.shape[1]:

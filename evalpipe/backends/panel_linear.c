@@ -1,65 +1,83 @@
-/* A linear layer's product y = x W^T on a weight packed once into panels of 64 outputs,
- * [panels, in, 64]: for each input k a panel's 64 weights are four consecutive vectors,
- * so a register tile of up to 6 rows x 64 outputs takes one broadcast of x[m, k] and
- * four vector multiply-adds per row, with no sums across lanes.
+/* A linear layer's product y = x W^T on a weight packed once into panels of PANEL
+ * outputs, [panels, in, PANEL]: for each input k a panel's weights are PV consecutive
+ * vectors, so a register tile of up to MR rows x PANEL outputs takes one broadcast of
+ * x[m, k] and PV vector multiply-adds per row, with no sums across lanes.
+ *
+ * The tile fills the vector registers: with AVX-512 (32 registers of 16 floats) 6 rows
+ * x 64 outputs, 24 accumulators; with AVX2 (16 of 8) 6 rows x 16 outputs, 12
+ * accumulators, the shape of the classic AVX2 matrix-multiply kernels.
  *
  * A decode step multiplies a few dozen rows by every weight of the model, read cold from
  * memory: there oneDNN's packed kernel reached 14.7 GB/s of weights at 16 rows, these
  * loops about 19 (the layers of SmolLM2-135M: 27.5 against 22.0 ms at 16 rows, 20.2
- * against 12.9 at 4); at prefill sizes (thousands of rows) the two are level.
+ * against 12.9 at 4, AVX-512); at prefill sizes (thousands of rows) the two are level.
  *
- * Layouts (float32): w [n, k] as packed by packed_linear.pack, [ceil(n / 64), k, 64]
- * with zeros past n; x [m, k] and y [m, panels * 64] contiguous.
+ * Layouts (float32): w [n, k] as packed by packed_linear.pack, [ceil(n / PANEL), k,
+ * PANEL] with zeros past n; x [m, k] and y [m, panels * PANEL] contiguous.
  * Built at first use by native.py with the machine's own compiler. */
-#include <stdint.h>
+#include "simd.h"
 
-typedef float vec __attribute__((vector_size(64))); /* 16 floats: one AVX-512 register */
-#define LANES 16
-#define PANEL 64 /* outputs per panel: four vectors */
-#define MR 6     /* rows per register tile: 24 accumulators */
+#if LANES == 16
+#define PV 4 /* vectors per panel */
+#else
+#define PV 2
+#endif
+#define PANEL (PV * LANES) /* outputs per panel */
+#define MR 6               /* rows per register tile */
 
-/* Keeps a loaded vector in a register: otherwise the compiler folds the load into every
- * multiply-add that uses it, and on CPUs that split 512-bit loads the loads bound it. */
-#define in_register(x) __asm__("" : "+v"(x))
-
-static inline vec load(const float *p) {
-    vec x;
-    __builtin_memcpy(&x, p, sizeof x); /* unaligned */
-    return x;
-}
-
-static inline void store(float *p, vec x) { __builtin_memcpy(p, &x, sizeof x); }
+/* The panel width this build packs for (packed_linear.pack asks). */
+int panel_width(void) { return PANEL; }
 
 static inline __attribute__((always_inline)) void tile(const float *x, int64_t k,
                                                        const float *wp, float *y, int64_t ys,
                                                        const int R) {
-    vec acc[MR][4] = {{{0}}};
+    vec acc[MR][PV] = {{{0}}};
     for (int64_t i = 0; i < k; i++) {
-        vec w[4];
-        for (int c = 0; c < 4; c++) {
+        vec w[PV];
+        for (int c = 0; c < PV; c++) {
             w[c] = load(wp + i * PANEL + c * LANES);
             in_register(w[c]);
         }
         for (int r = 0; r < R; r++) {
             float a = x[r * k + i];
-            for (int c = 0; c < 4; c++) acc[r][c] += a * w[c];
+            for (int c = 0; c < PV; c++) acc[r][c] += a * w[c];
         }
     }
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < 4; c++) store(y + r * ys + c * LANES, acc[r][c]);
+        for (int c = 0; c < PV; c++) store(y + r * ys + c * LANES, acc[r][c]);
 }
 
-/* Tasks are (panel, block of MR rows), panel-major, split statically over `threads`
+/* Tasks are (panel, tile of MR rows), panel-major, split statically over `threads`
  * OpenMP threads (torch's own runtime: the library is loaded after torch), so a thread
- * keeps the panels it reads in its cache. */
+ * keeps the panels it reads in its cache. Inputs of more than WHOLE_BYTES (a prefill's
+ * thousands of rows) are taken in chunks of rows of about CHUNK_BYTES, panel-major
+ * within each: in one pass each panel re-read all of x (9-25 MB at 4,096 rows) from
+ * the L3 cache, and the products ran at 142-155 GFLOP/s against 185-195 in chunks
+ * (AVX2, SmolLM2's shapes). A decode step's rows stay one pass, so the weights, read
+ * cold from memory, are read once. Each output is the same sum in the same order
+ * whatever the chunking. */
+#define WHOLE_BYTES (2 << 20)
+#define CHUNK_BYTES (48 << 10)
+
 void panel_linear(const float *x, int64_t m, int64_t k, const float *wp, int64_t panels,
                   float *y, int threads) {
-    const int64_t blocks = (m + MR - 1) / MR, tasks = panels * blocks, ys = panels * PANEL;
+    const int64_t blocks = (m + MR - 1) / MR, ys = panels * PANEL;
+    int64_t per_chunk = blocks; /* tiles per chunk */
+    if (4 * m * k > WHOLE_BYTES) {
+        per_chunk = CHUNK_BYTES / (4 * k) / MR;
+        if (per_chunk < 1) per_chunk = 1;
+    }
+    const int64_t chunks = per_chunk > 0 ? (blocks + per_chunk - 1) / per_chunk : 0;
+    if (chunks > 0) per_chunk = (blocks + chunks - 1) / chunks; /* chunks of even size */
+    const int64_t tasks = chunks * panels * per_chunk;
     if (threads < 1) threads = 1;
     if (threads > tasks) threads = (int)(tasks > 0 ? tasks : 1);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < tasks; t++) {
-        const int64_t p = t / blocks, r0 = t % blocks * MR, rows = m - r0 < MR ? m - r0 : MR;
+        const int64_t chunk = t / (panels * per_chunk), p = t / per_chunk % panels;
+        const int64_t r0 = (chunk * per_chunk + t % per_chunk) * MR;
+        if (r0 >= m) continue; /* the last chunk's missing tiles */
+        const int64_t rows = m - r0 < MR ? m - r0 : MR;
         const float *xr = x + r0 * k, *w = wp + p * k * PANEL;
         float *yr = y + r0 * ys + p * PANEL;
         switch (rows) {
