@@ -407,8 +407,9 @@ static void values_block(const float *pt, int64_t rp, const float *values, int64
 /* Per-task scratch, in floats: qt, ot [dim, rp]; st [KB, rp]; m, l, alpha, lim [rp]. */
 static size_t task_floats(int64_t dim, int64_t rp) { return (size_t)(2 * dim + KB + 4) * rp; }
 
-/* One block of w key columns at `keys`/`values` (position strides kps, vps); col0 is the
- * block's first own column (the causal limit and mask apply), or -1 for prefix columns. */
+/* One block of w key columns at `keys`/`values`; col0 is the block's first own column,
+ * or -1 for prefix columns (their position strides). `mask` (the block's own columns),
+ * with the causal limit, applies where given; NULL: every query sees every column. */
 static void attend_block(const pjob_t *j, float *qt, float *st, float *ot, float *m, float *l,
                          float *alpha, const float *lim, int64_t rp, const float *keys,
                          const float *values, int64_t w, int64_t col0, const uint8_t *mask) {
@@ -421,7 +422,7 @@ static void attend_block(const pjob_t *j, float *qt, float *st, float *ot, float
         }
     }
     const vec ninf = splat(-INFINITY);
-    if (col0 >= 0) {
+    if (mask) {
         for (int64_t c = 0; c < w; c++) {
             float *row = st + c * rp;
             if (!mask[c]) {
@@ -487,11 +488,17 @@ static void prefill_task(const pjob_t *j, int64_t t, int64_t qblocks, float *scr
     const int64_t last = first_col + i0 + n - 1; /* the task's last query sees up to here */
     for (int64_t c0 = 0; c0 <= last; c0 += KB) {
         int64_t w = last + 1 - c0 < KB ? last + 1 - c0 : KB;
-        int64_t any = 0;
-        for (int64_t c = 0; c < w && !any; c++) any = mask[c0 + c];
+        int any = 0, all = 1;
+        for (int64_t c = 0; c < w; c++) {
+            any |= mask[c0 + c];
+            all &= mask[c0 + c];
+        }
         if (!any) continue; /* padding: nothing here for any query */
+        /* Blocks before the task's first query, with no padding, need no masking pass
+         * (most of a long prompt's blocks): it cost about a fifth of the softmax. */
+        const int visible = all && c0 + w - 1 <= first_col + i0;
         attend_block(j, qt, st, ot, m, l, alpha, lim, rp, k + c0 * j->ps, v + c0 * j->ps, w,
-                     c0, mask + c0);
+                     c0, visible ? NULL : mask + c0);
     }
 
     const int64_t H = j->heads * G;
