@@ -141,6 +141,23 @@ def test_panel_product_equals_linear(rows, inner, out):
     assert torch.allclose(got, torch.nn.functional.linear(x, weight, bias), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("rows, inner", [(1000, 576), (700, 1536)])
+def test_large_products_in_chunks_are_the_same_sums(rows, inner):
+    """Inputs over 2 MB are multiplied in chunks of rows (prefill sizes); each output is
+    the same sum in the same order as in a small product, bit for bit, the last chunk's
+    missing tiles included (1,000 rows: 167 tiles in chunks of 3)."""
+    if packed_linear._panel_kernel() is None:
+        pytest.skip("no C compiler: the panel kernel is not built")
+    torch.manual_seed(rows)
+    weight = torch.randn(200, inner)
+    x = torch.randn(rows, inner)
+    packed = packed_linear.pack(weight)
+    whole = packed_linear.matmul(x, packed)
+    in_pieces = torch.cat([packed_linear.matmul(x[i: i + 60], packed) for i in range(0, rows, 60)])
+    assert torch.equal(whole, in_pieces)
+    assert torch.allclose(whole, x @ weight.t(), rtol=1e-5, atol=1e-3)
+
+
 def test_other_dtypes_and_no_compiler_take_onednn(monkeypatch):
     if not packed_linear.onednn_available():
         pytest.skip("no oneDNN in this torch")

@@ -61,7 +61,7 @@ def panel_width() -> int:
     return int(lib.panel_width())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
     """This torch has oneDNN's packed linear kernels and this CPU runs them for `dtype`
     (bfloat16 packing needs avx512bw/vl/dq or avx_ne_convert: on an AVX2-only CPU oneDNN
