@@ -2,8 +2,9 @@
 
 Each kernel is one plain C file beside this module, with no torch headers (only
 simd.h, the vector type they share), so the compiler builds it in well under a
-second, for this CPU (`-march=native`), into the user cache. Where no compiler is found or the build fails, `build` returns
-None and the caller keeps torch's own operations; nothing else changes.
+second, for this CPU (`-march=native`), into the user cache. Where no compiler
+is found or the build fails, `build` returns None and the caller keeps torch's
+own operations; nothing else changes.
 `EVALPIPE_NATIVE_KERNELS=0` turns every kernel off.
 """
 
