@@ -4,12 +4,19 @@ stand in for a model, and small file writers."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+
+import pytest
 
 from evalpipe.backends.base import Backend, GenerationSettings
 from evalpipe.records import Generation
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The engine's C kernels are built wherever a compiler is; tests of them need one.
+needs_compiler = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                                    reason="no C compiler on this machine: the kernel is not built")
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"

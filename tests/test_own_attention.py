@@ -4,16 +4,12 @@ built or cannot take the shapes."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
 from evalpipe.backends import native, own_attention
 from evalpipe.backends.prefix_attention import SharedPrefix, _cascade
-
-needs_compiler = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
-                                    reason="no C compiler on this machine: the kernel is not built")
+from tests.helpers import needs_compiler
 
 
 class _Module:

@@ -3,8 +3,6 @@ close to the stock layer, and greedy replies still those of `model.generate`."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
@@ -15,11 +13,9 @@ from tests import helpers
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
                                 reason="this torch build has no oneDNN")
-needs_compiler = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
-                                    reason="no C compiler on this machine: the kernel is not built")
 
 
-@needs_compiler
+@helpers.needs_compiler
 def test_panel_kernel_builds_here():
     """Wherever a compiler is, whatever the vector width (it once built for AVX-512 alone,
     so AVX2 machines silently ran oneDNN)."""

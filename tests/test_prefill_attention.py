@@ -8,7 +8,6 @@ with the kernel and without it."""
 from __future__ import annotations
 
 import random
-import shutil
 
 import helpers
 import pytest
@@ -18,8 +17,7 @@ from helpers import greedy_reference as reference
 from evalpipe.backends import own_attention, prefill_attention
 from evalpipe.backends.batching import BatchGenerator, PrefixStore
 
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
-                                reason="no C compiler on this machine: the kernel is not built")
+pytestmark = helpers.needs_compiler
 
 
 def _plain(query, key, value, columns, prefix, prefix_rows, scale):

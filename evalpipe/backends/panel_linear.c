@@ -62,13 +62,14 @@ static inline __attribute__((always_inline)) void tile(const float *x, int64_t k
 void panel_linear(const float *x, int64_t m, int64_t k, const float *wp, int64_t panels,
                   float *y, int threads) {
     const int64_t blocks = (m + MR - 1) / MR, ys = panels * PANEL;
+    if (blocks == 0 || panels == 0) return;
     int64_t per_chunk = blocks; /* tiles per chunk */
     if (4 * m * k > WHOLE_BYTES) {
         per_chunk = CHUNK_BYTES / (4 * k) / MR;
         if (per_chunk < 1) per_chunk = 1;
     }
-    const int64_t chunks = per_chunk > 0 ? (blocks + per_chunk - 1) / per_chunk : 0;
-    if (chunks > 0) per_chunk = (blocks + chunks - 1) / chunks; /* chunks of even size */
+    const int64_t chunks = (blocks + per_chunk - 1) / per_chunk;
+    per_chunk = (blocks + chunks - 1) / chunks; /* chunks of even size */
     const int64_t tasks = chunks * panels * per_chunk;
     if (threads < 1) threads = 1;
     if (threads > tasks) threads = (int)(tasks > 0 ? tasks : 1);

@@ -43,8 +43,4 @@ static inline void store(float *p, vec x) { __builtin_memcpy(p, &x, sizeof x); }
 
 static inline vec splat(float x) { return (vec){0} + x; }
 
-/* The smaller of a tile size and a kernel's largest, as a constant: the switches that
- * instantiate a tile for each size ask for sizes past the largest on narrow CPUs. */
-#define AT_MOST(n, most) ((n) < (most) ? (n) : (most))
-
 #endif
