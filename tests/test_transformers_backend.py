@@ -103,6 +103,28 @@ def test_chunked_prefill_equals_generate(tiny_llama, prompts_and_eos, chunk, reu
         len(whole_calls) - whole.stats["decode_steps"]
 
 
+@pytest.mark.parametrize("first_ends", [False, True])
+def test_a_wave_of_several_runs_is_prefilled_into_one_buffer(tiny_llama, prompts_and_eos,
+                                                             first_ends):
+    """The runs of similar lengths a wave is cut into write their caches into one buffer,
+    so they join without a merge (a copy of every row's cache); a row that ends on its
+    first token is dropped by a merge instead. Either way the tokens are generate's."""
+    prompts, eos, refs = prompts_and_eos
+    if first_ends:  # the end token is the first reply token of prompt 2
+        eos = reference(tiny_llama, prompts[2], 1, eos=-1)[0]
+        refs = [reference(tiny_llama, p, 20, eos) for p in prompts]
+        assert refs[2] == []
+    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    counts = Counter()
+    for name in ("_prefill", "_merge"):
+        method = getattr(gen, name)
+        setattr(gen, name, lambda *a, _m=method, _n=name: counts.update([_n]) or _m(*a))
+    rows = gen.generate(prompts, max_new_tokens=20, batch_size=12)
+    assert [r.tokens for r in rows] == refs
+    assert counts["_prefill"] > 1  # several runs in the one wave
+    assert counts["_merge"] == (1 if first_ends else 0)
+
+
 @pytest.mark.parametrize("batch_size", [2, 4, 16])
 def test_prompts_joining_a_running_batch_equal_generate(tiny_llama, prompts_and_eos, batch_size):
     """An agent loop submits a turn while other rows are mid-reply: the late rows

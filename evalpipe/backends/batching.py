@@ -449,10 +449,38 @@ class BatchGenerator:
             self.store.put(key, kv)
         return kv
 
-    def _prefill(self, rows: list[_Row], prefix_kv, prefix_len: int, max_new: int
-                 ) -> tuple[_State, torch.Tensor]:
+    def _copies_prefix(self, prefix_len: int) -> bool:
+        """Whether rows on a prefix of `prefix_len` tokens hold a copy of it (the model's
+        own attention) instead of attending to the stored one in place."""
+        return bool(prefix_len) and not self.shared_attention
+
+    def _prefill_columns(self, rows: list[_Row], prefix_len: int) -> int:
+        """Cache columns `_prefill` fills for `rows`: a copied prefix, the longest kept
+        head and the longest suffix."""
+        copied = prefix_len if self._copies_prefix(prefix_len) else 0
+        return copied + max(r.head for r in rows) + max(len(r.prompt) - prefix_len - r.head
+                                                        for r in rows)
+
+    def _window(self, into: tuple[list, int, int], rows: int, columns: int, used: int) -> list:
+        """Layers that are views of `rows` rows of `into` = (layers, first row, end
+        column), starting `columns` before the end: a run prefilled there needs no copy
+        to join the others. The padding left of the view and its first `used` columns
+        are zeroed, as `_empty_layers` does."""
+        big, r0, end = into
+        layers = []
+        for layer in big:
+            k, v = (buf[r0: r0 + rows] for buf in (layer.buf_k, layer.buf_v))
+            k[:, :, : end - columns + used].zero_()
+            v[:, :, : end - columns + used].zero_()
+            layers.append(self.Layer(k[:, :, end - columns:], v[:, :, end - columns:], 0))
+        return layers
+
+    def _prefill(self, rows: list[_Row], prefix_kv, prefix_len: int, max_new: int,
+                 into: tuple[list, int, int] | None = None) -> tuple[_State, torch.Tensor]:
         """Prefill the suffixes of `rows` on top of the shared prefix: a new batch state
-        (its next tokens not chosen yet) and the logits to choose them from."""
+        (its next tokens not chosen yet) and the logits to choose them from. With `into`
+        (layers, first row, end column) the cache is written into those layers' rows,
+        right-aligned to end at that column, instead of new buffers."""
         suffixes = [r.prompt[prefix_len + r.head:] for r in rows]
         width = max(len(s) for s in suffixes)
         head = max(r.head for r in rows)  # columns of caches kept from the rows' last turns
@@ -468,15 +496,17 @@ class BatchGenerator:
         pos = start[:, None] + smask[:, head:].cumsum(-1) - 1
         pos.masked_fill_(smask[:, head:] == 0, 1)
         shared = torch.full((n,), bool(prefix_len), dtype=torch.bool, device=self.device)
-        if prefix_len and self.shared_attention:  # attended in place, never copied
-            state = _State(None, smask, None, None, rows, shared, prefix_kv)
+        if not self._copies_prefix(prefix_len):  # attended in place, never copied
+            state = _State(None, smask, None, None, rows, shared, prefix_kv) \
+                if prefix_len else None
             mask, copied = smask, 0
         else:  # the model's own attention: every row holds a copy of the prefix
             state = None
             pmask = torch.ones((n, prefix_len), dtype=torch.long, device=self.device)
             mask, copied = torch.cat([pmask, smask], dim=1), prefix_len
             shared = torch.zeros_like(shared)
-        layers = self._empty_layers(n, copied + head + width + min(max_new, GROW), copied + head)
+        layers = self._empty_layers(n, copied + head + width + min(max_new, GROW), copied + head) \
+            if into is None else self._window(into, n, copied + head + width, copied + head)
         if copied:
             for layer, (k, v) in zip(layers, prefix_kv):
                 layer.buf_k[:, :, :copied] = k
@@ -726,7 +756,7 @@ class DecodeSession:
         self.first_wave = False
         for r in batch:
             r.admitted = t0
-        parts = []
+        runs = []
         for group, plen in (([r for r in batch if self._has_prefix(r)], len(self.prefix)),
                             ([r for r in batch if not self._has_prefix(r)], 0)):
             if plen and group and self.prefix_ms:  # every row brought the same prefix tokens
@@ -736,16 +766,28 @@ class DecodeSession:
                 for r in group:
                     self._attach_head(r, plen)
             group.sort(key=lambda r: len(r.prompt) - r.head)
-            for chunk in _similar_lengths(group, plen):
-                state, logits = self.gen._prefill(chunk, self.prefix_kv, plen, self.max_new)
-                state.last = self._choose(logits, chunk)
-                now = time.perf_counter()
-                for r in chunk:
-                    r.first = now
-                parts.append((state, self._take(state, range(len(chunk)), state.last)))
-        if len(parts) == 1 and len(parts[0][1]) == len(parts[0][0].rows):
-            return parts[0][0]  # nothing to drop or join: no copy
-        return self.gen._merge(parts, GROW)
+            runs += [(chunk, plen) for chunk in _similar_lengths(group, plen)]
+        # Several runs are prefilled into one buffer, each right-aligned to its end, so
+        # they join without a copy (a merge copied every row's cache into new memory).
+        into = None
+        if len(runs) > 1:
+            end = max(self.gen._prefill_columns(chunk, plen) for chunk, plen in runs)
+            into = (self.gen._empty_layers(len(batch), end + GROW, 0), 0, end)
+        parts = []
+        for chunk, plen in runs:
+            state, logits = self.gen._prefill(chunk, self.prefix_kv, plen, self.max_new, into)
+            if into is not None:
+                into = (into[0], into[1] + len(chunk), into[2])
+            state.last = self._choose(logits, chunk)
+            now = time.perf_counter()
+            for r in chunk:
+                r.first = now
+            parts.append((state, self._take(state, range(len(chunk)), state.last)))
+        if all(len(keep) == len(state.rows) for state, keep in parts):
+            if len(parts) == 1:
+                return parts[0][0]  # nothing to drop or join: no copy
+            return _stacked(into[0], [state for state, _ in parts])
+        return self.gen._merge(parts, GROW)  # rows that ended on their first token go
 
     def _step(self) -> None:
         gen = self.gen
@@ -821,6 +863,28 @@ def _similar_lengths(rows: list[_Row], skip: int, slack: float = 1.25) -> list[l
         else:
             runs.append([r])
     return runs
+
+
+def _stacked(layers, parts: list[_State]) -> _State:
+    """One state over `layers`, into which `parts` (in order) were prefilled as views
+    whose rows follow each other and whose columns all end at the same one."""
+    length = max(state.length for state in parts)
+    for layer in layers:
+        layer.length = length
+        layer._view()
+    rows_total = sum(len(state.rows) for state in parts)
+    mask = torch.zeros((rows_total, length), dtype=torch.long, device=parts[0].mask.device)
+    r0 = 0
+    for state in parts:
+        n = len(state.rows)
+        mask[r0: r0 + n, length - state.length:] = state.mask
+        r0 += n
+    prefix_kvs = [state.prefix_kv for state in parts if state.prefix_kv is not None]
+    return _State(layers, mask, *(torch.cat([getattr(state, name) for state in parts])
+                                  for name in ("pos", "last")),
+                  [r for state in parts for r in state.rows],
+                  torch.cat([state.shared for state in parts]),
+                  prefix_kvs[0] if prefix_kvs else None)
 
 
 def _compact(state: _State, alive: list[int]) -> _State:
