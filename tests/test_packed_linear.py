@@ -45,9 +45,10 @@ def test_llama_layers_run_fused_projections_inside_active(monkeypatch):
     model = helpers.tiny_llama()
     plain = helpers.tiny_llama()
     widths = []  # output width of every packed product
-    real = packed_linear._packed_matmul
-    monkeypatch.setattr(packed_linear, "_packed_matmul",
-                        lambda *a: widths.append(real(*a).shape[-1]) or real(*a))
+    for name in ("_packed_matmul", "gated"):
+        real = getattr(packed_linear, name)
+        monkeypatch.setattr(packed_linear, name,
+                            lambda *a, _f=real: widths.append(_f(*a).shape[-1]) or _f(*a))
     packed = PackedLinears.install(model, budget_bytes=1 << 30)
     widths.clear()  # the install's own probe
     assert all(fused_layer.fusable(layer) for layer in model.model.layers)
@@ -58,9 +59,9 @@ def test_llama_layers_run_fused_projections_inside_active(monkeypatch):
         assert torch.allclose(inside, plain(ids).logits, rtol=1e-4, atol=1e-5)
         widths_inside = list(widths)
         assert torch.equal(model(ids).logits, plain(ids).logits)  # off: the stock layers
-    # Per layer q|k|v (64 + 32 + 32) and gate|up (2 x 128) as one product each, then o and
-    # down; the head last.
-    assert widths_inside == [128, 64, 256, 64] * 2 + [96]
+    # Per layer q|k|v (64 + 32 + 32) as one product, o, silu(gate) * up (128) as one
+    # gated product, down; the head last.
+    assert widths_inside == [128, 64, 128, 64] * 2 + [96]
     assert widths == widths_inside
 
 
@@ -154,6 +155,40 @@ def test_large_products_in_chunks_are_the_same_sums(rows, inner):
     assert torch.allclose(whole, x @ weight.t(), rtol=1e-5, atol=1e-3)
 
 
+@pytest.mark.parametrize("rows, inner, out", [(1, 64, 128), (7, 37, 96), (1000, 576, 200)])
+def test_gated_product_is_silu_of_gate_times_up(rows, inner, out):
+    """The gate/up product with SwiGLU's activation applied in the kernel equals
+    torch's silu(x gate^T) * (x up^T), for output widths that are no whole number of
+    panels, a remainder of rows and a prefill-sized input taken in chunks."""
+    if packed_linear._panel_kernel() is None:
+        pytest.skip("no C compiler: the panel kernel is not built")
+    torch.manual_seed(rows)
+    gate, up = torch.randn(out, inner) * 0.2, torch.randn(out, inner) * 0.2
+    x = torch.randn(rows, inner)
+    packed = packed_linear.pack_gated(gate, up)
+    assert isinstance(packed.data, packed_linear.Panels)
+    got = packed_linear.gated(x, packed)
+    assert got.shape == (rows, out)
+    want = torch.nn.functional.silu(x @ gate.t()) * (x @ up.t())
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-3)  # sums in another order
+
+
+def test_gated_activation_holds_at_the_extremes():
+    """silu(g) * u where the exponential would overflow or underflow, at zero and at
+    inf/nan, with gate = up = the input (one input, weight 1)."""
+    if packed_linear._panel_kernel() is None:
+        pytest.skip("no C compiler: the panel kernel is not built")
+    g = torch.tensor([-1e4, -100.0, -87.0, -20.0, -1e-3, -0.0, 0.0, 1e-3, 1.0, 20.0, 87.0,
+                      100.0, 1e4, 3e38, float("inf"), float("nan")])
+    got = packed_linear.gated(g[:, None], packed_linear.pack_gated(torch.ones(16, 1),
+                                                                   torch.ones(16, 1)))[:, 0]
+    want = torch.nn.functional.silu(g) * g
+    finite = want.isfinite() & (want.abs() > 1e-30)
+    assert torch.allclose(got[finite], want[finite], rtol=1e-6, atol=0)
+    assert (got[:2] == 0).all()  # e^-x past float's range: silu is ~ -0, times u
+    assert got[13:15].isinf().all() and got[15].isnan()  # 3e38^2 overflows; inf stays
+
+
 def test_other_dtypes_and_no_compiler_take_onednn(monkeypatch):
     if not packed_linear.onednn_available():
         pytest.skip("no oneDNN in this torch")
@@ -167,5 +202,10 @@ def test_other_dtypes_and_no_compiler_take_onednn(monkeypatch):
         assert not isinstance(packed, packed_linear.Panels)
         x = torch.randn(8, 64)
         assert torch.allclose(packed_linear.matmul(x, packed), x @ weight.t(), atol=1e-5)
+        gate, up = weight[:48], weight[48:]
+        both = packed_linear.pack_gated(gate, up)
+        assert not isinstance(both.data, packed_linear.Panels)
+        assert torch.allclose(packed_linear.gated(x, both),
+                              torch.nn.functional.silu(x @ gate.t()) * (x @ up.t()), atol=1e-5)
     finally:
         packed_linear._panel_kernel.cache_clear()

@@ -4,7 +4,9 @@ A decoder layer of a Llama-family model runs seven linear layers: q, k, v, o,
 gate, up and down. With the few dozen rows of a decode step each is a small
 multiply (k and v are 576 x 192 in SmolLM2), and each call has its own fixed
 cost. Here q, k and v share one packed weight and gate and up another, so a
-layer makes four calls instead of seven; the rotary embedding turns the
+layer makes four calls instead of seven; the gate/up product applies SwiGLU's
+activation as it stores its outputs (packed_linear.gated: half the outputs
+written, no separate SiLU and product passes); the rotary embedding turns the
 queries and keys in one pass, and the norms run as one fused op (bitwise the
 same as the model's own). Everything else (the cache update, the attention
 function, the residuals) is the model's.
@@ -20,6 +22,7 @@ packed kernel does from the stock one); greedy replies are tested identical to
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -40,17 +43,21 @@ def fusable(layer) -> bool:
             and getattr(getattr(mlp, "config", None), "hidden_act", None) == "silu")
 
 
-def fuse(layer, pack: Callable[[torch.Tensor], torch.Tensor],
-         matmul: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+def fuse(layer, pack: Callable[[torch.Tensor], Any],
+         matmul: Callable[[torch.Tensor, Any], torch.Tensor],
+         pack_gated: Callable[[torch.Tensor, torch.Tensor], Any],
+         gated: Callable[[torch.Tensor, Any], torch.Tensor],
          on: Callable[[torch.Tensor], bool]) -> list[torch.nn.Module]:
-    """Give `layer` a forward on fused packed weights (used while `on(hidden)` holds);
-    returns the linears it now covers, which need no packed copy of their own."""
+    """Give `layer` a forward on fused packed weights (used while `on(hidden)` holds):
+    `pack`/`matmul` for q/k/v in one product, `pack_gated`/`gated` for the MLP's
+    silu(gate) * up; returns the linears it now covers, which need no packed copy of
+    their own."""
     attn, mlp = layer.self_attn, layer.mlp
     heads = attn.q_proj.out_features // attn.head_dim
     kv_heads = attn.k_proj.out_features // attn.head_dim
-    dim, inner = attn.head_dim, mlp.gate_proj.out_features
+    dim = attn.head_dim
     qkv = pack(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach())
-    gate_up = pack(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach())
+    gate_up = pack_gated(mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach())
     norm_in, norm_post = layer.input_layernorm, layer.post_attention_layernorm
     stock = layer.forward
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -81,8 +88,7 @@ def fuse(layer, pack: Callable[[torch.Tensor], torch.Tensor],
                            use_cache=use_cache, **kwargs)
         hidden_states = hidden_states + attn.o_proj(out.reshape(b, t, -1))
         h = F.rms_norm(hidden_states, (width,), norm_post.weight, norm_post.variance_epsilon)
-        g = matmul(h, gate_up)
-        return hidden_states + mlp.down_proj(F.silu(g[..., :inner]).mul_(g[..., inner:]))
+        return hidden_states + mlp.down_proj(gated(h, gate_up))
 
     layer.forward = forward
     return [attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj]

@@ -58,37 +58,10 @@ static inline float lanes_sum(vec x) {
     return (f[0] + f[2]) + (f[1] + f[3]);
 }
 
-static inline vec vselect(ivec keep, vec a, vec b) {
-    return (vec)(((ivec)a & keep) | ((ivec)b & ~keep));
-}
-
-static inline vec vmax(vec a, vec b) { return vselect(a > b, a, b); }
-
 static inline float lanes_max(vec x) {
     float m = x[0];
     for (int i = 1; i < LANES; i++) m = x[i] > m ? x[i] : m;
     return m;
-}
-
-/* e^x for x <= 0 in the usual way (Cephes' expf): x = n ln2 + r with |r| <= ln2 / 2,
- * a degree-6 polynomial for e^r, n added to the exponent bits. Within about an ulp of
- * expf; 0 below the smallest normal result, so -INFINITY (a masked column) gives 0. */
-static inline vec vexp(vec x) {
-    const vec lo = splat(-87.336544f);
-    ivec zero = x < lo;
-    x = vmax(x, lo);
-    vec n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    vec r = x - n * 0.693359375f - n * -2.12194440e-4f;
-    vec p = splat(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    vec y = p * r * r + r + 1.0f;
-    ivec bits = (__builtin_convertvector(n, ivec) + 127) << 23;
-    y *= (vec)bits;
-    return (vec)((ivec)y & ~zero);
 }
 
 /* Scores of GB query groups against all prefix positions (transposed keys). */

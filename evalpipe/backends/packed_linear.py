@@ -50,6 +50,7 @@ def _panel_kernel() -> ctypes.CDLL | None:
         lib.panel_linear.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                      ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                      ctypes.c_int]
+        lib.panel_swiglu.argtypes = lib.panel_linear.argtypes
         lib.panel_width.restype = ctypes.c_int
     return lib
 
@@ -91,6 +92,16 @@ class Panels:
     out_features: int
 
 
+@dataclass(frozen=True)
+class Gated:
+    """The gate and up projections of a SwiGLU MLP, [out, in] each, packed together: for
+    the panel kernel each gate panel followed by the up panel of the same outputs, else
+    the two stacked for one packed product."""
+
+    data: Panels | torch.Tensor
+    out_features: int
+
+
 def pack_onednn(weight: torch.Tensor) -> torch.Tensor:
     """`weight` [out, in] in oneDNN's blocked layout."""
     return torch.ops.mkldnn._reorder_linear_weight(weight, 64)
@@ -112,6 +123,29 @@ def pack(weight: torch.Tensor) -> Panels | torch.Tensor:
     return Panels(padded.view(-1, width, inner).transpose(1, 2).contiguous(), out)
 
 
+def pack_gated(gate: torch.Tensor, up: torch.Tensor) -> Gated:
+    """`gate` and `up` [out, in] packed for `gated`."""
+    if gate.shape != up.shape:
+        raise ValueError(f"gate and up projections differ in shape: {tuple(gate.shape)} "
+                         f"and {tuple(up.shape)}")
+    if kernel_for(gate.dtype) != "panel":
+        return Gated(pack_onednn(torch.cat([gate, up]).detach()), gate.shape[0])
+    g, u = pack(gate).data, pack(up).data
+    return Gated(Panels(torch.stack([g, u], dim=1).flatten(0, 1), gate.shape[0]),
+                 gate.shape[0])
+
+
+def gated(x: torch.Tensor, packed: Gated) -> torch.Tensor:
+    """silu(x gate^T) * (x up^T), SwiGLU's inner activations: with the panel kernel in one
+    pass (the activation applied as each output tile is stored), else one product of the
+    stacked weights and torch's SiLU."""
+    if not isinstance(packed.data, Panels):
+        y = _packed_matmul(x, packed.data, None)
+        return torch.nn.functional.silu(y[..., : packed.out_features]).mul_(
+            y[..., packed.out_features:])
+    return _panel_product(x, packed.data, "panel_swiglu")
+
+
 def matmul(x: torch.Tensor, packed: Panels | torch.Tensor) -> torch.Tensor:
     """x [..., in] times the weight's transpose, as `F.linear` without a bias: a weight
     packed by `pack` or `pack_onednn`, or a plain [out, in] one (which oneDNN reorders in
@@ -121,25 +155,31 @@ def matmul(x: torch.Tensor, packed: Panels | torch.Tensor) -> torch.Tensor:
 
 def _packed_matmul(x: torch.Tensor, packed: Panels | torch.Tensor, bias) -> torch.Tensor:
     if isinstance(packed, Panels):
-        rows = x.reshape(-1, x.shape[-1])
-        if rows.dtype != torch.float32 or rows.device.type != "cpu":
-            raise TypeError(f"panel weights take float32 CPU inputs, got {rows.dtype} on "
-                            f"{rows.device}")
-        lib = _panel_kernel()
-        if lib is None:  # packed while the kernel was on, used after it was switched off
-            raise RuntimeError("panel weights need the panel kernel, which is not built")
-        rows = rows.contiguous()
-        panels, width = packed.data.shape[0], packed.data.shape[2]  # width: panel_width()
-        y = torch.empty(rows.shape[0], panels * width, dtype=torch.float32)
-        lib.panel_linear(rows.data_ptr(), rows.shape[0], rows.shape[1], packed.data.data_ptr(),
-                         panels, y.data_ptr(), torch.get_num_threads())
-        if packed.out_features != y.shape[1]:
-            y = y[:, : packed.out_features]
-        if bias is not None:
-            y = y + bias
-    else:
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), packed, bias,
-                                               "none", [], "")
+        y = _panel_product(x, packed, "panel_linear")
+        return y if bias is None else y + bias
+    y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), packed, bias,
+                                           "none", [], "")
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def _panel_product(x: torch.Tensor, packed: Panels, function: str) -> torch.Tensor:
+    """x [..., in] through the panel kernel's `function` (panel_linear, or panel_swiglu
+    on interleaved gate/up panels, which gives one output panel per pair)."""
+    rows = x.reshape(-1, x.shape[-1])
+    if rows.dtype != torch.float32 or rows.device.type != "cpu":
+        raise TypeError(f"panel weights take float32 CPU inputs, got {rows.dtype} on "
+                        f"{rows.device}")
+    lib = _panel_kernel()
+    if lib is None:  # packed while the kernel was on, used after it was switched off
+        raise RuntimeError("panel weights need the panel kernel, which is not built")
+    rows = rows.contiguous()
+    panels, width = packed.data.shape[0], packed.data.shape[2]  # width: panel_width()
+    outs = panels // 2 if function == "panel_swiglu" else panels
+    y = torch.empty(rows.shape[0], outs * width, dtype=torch.float32)
+    getattr(lib, function)(rows.data_ptr(), rows.shape[0], rows.shape[1],
+                           packed.data.data_ptr(), panels, y.data_ptr(), torch.get_num_threads())
+    if packed.out_features != y.shape[1]:
+        y = y[:, : packed.out_features]
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
@@ -176,7 +216,8 @@ class PackedLinears:
                 # Decoder layers of the Llama layout run their q/k/v and gate/up projections
                 # as two fused products; their linears need no packed copy of their own.
                 fused = {id(m) for layer in model.modules() if fused_layer.fusable(layer)
-                         for m in fused_layer.fuse(layer, pack, matmul, self._packed_for)}
+                         for m in fused_layer.fuse(layer, pack, matmul, pack_gated, gated,
+                                                        self._packed_for)}
                 packs = [(m, pack(m.weight.detach())) for m in linears if id(m) not in fused]
             except RuntimeError:
                 return None

@@ -28,9 +28,19 @@
 /* The panel width this build packs for (packed_linear.pack asks). */
 int panel_width(void) { return PANEL; }
 
+/* x silu(x) = x / (1 + e^-x), as x / (1 + e) or x e / (1 + e) with e = e^-|x| <= 1, so
+ * the exponential never overflows. */
+static inline vec silu(vec x) {
+    ivec negative = x < 0.0f;
+    vec e = vexp(vselect(negative, x, -x));
+    return vselect(negative, x * e, x) / (1.0f + e);
+}
+
+/* A tile of R rows: y = x w^T, or with `gate` (a tile of the gate product, rows PANEL
+ * apart) y = silu(gate) * x w^T. */
 static inline __attribute__((always_inline)) void tile(const float *x, int64_t k,
                                                        const float *wp, float *y, int64_t ys,
-                                                       const int R) {
+                                                       const int R, const float *gate) {
     vec acc[MR][PV] = {{{0}}};
     for (int64_t i = 0; i < k; i++) {
         vec w[PV];
@@ -44,7 +54,24 @@ static inline __attribute__((always_inline)) void tile(const float *x, int64_t k
         }
     }
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < PV; c++) store(y + r * ys + c * LANES, acc[r][c]);
+        for (int c = 0; c < PV; c++) {
+            vec v = acc[r][c];
+            if (gate) v *= silu(load(gate + r * PANEL + c * LANES));
+            store(y + r * ys + c * LANES, v);
+        }
+}
+
+/* One task's tile at a row count known to the compiler (its loops unrolled). */
+static void tile_rows(const float *x, int64_t k, const float *wp, float *y, int64_t ys,
+                      int64_t rows, const float *gate) {
+    switch (rows) {
+    case 1: tile(x, k, wp, y, ys, 1, gate); break;
+    case 2: tile(x, k, wp, y, ys, 2, gate); break;
+    case 3: tile(x, k, wp, y, ys, 3, gate); break;
+    case 4: tile(x, k, wp, y, ys, 4, gate); break;
+    case 5: tile(x, k, wp, y, ys, 5, gate); break;
+    default: tile(x, k, wp, y, ys, MR, gate); break;
+    }
 }
 
 /* Tasks are (panel, tile of MR rows), panel-major, split statically over `threads`
@@ -59,10 +86,15 @@ static inline __attribute__((always_inline)) void tile(const float *x, int64_t k
 #define WHOLE_BYTES (2 << 20)
 #define CHUNK_BYTES (48 << 10)
 
-void panel_linear(const float *x, int64_t m, int64_t k, const float *wp, int64_t panels,
-                  float *y, int threads) {
-    const int64_t blocks = (m + MR - 1) / MR, ys = panels * PANEL;
-    if (blocks == 0 || panels == 0) return;
+/* y = x w^T over `panels` panels, or with `gated` over pairs of panels (gate, up) of
+ * the same outputs: y = silu(x gate^T) * (x up^T), SwiGLU's product in one pass, which
+ * writes half the outputs and needs no separate passes for the activation. */
+static void products(const float *x, int64_t m, int64_t k, const float *wp, int64_t panels,
+                     float *y, int threads, int gated) {
+    const int64_t outs = gated ? panels / 2 : panels; /* output panels */
+    const int64_t blocks = (m + MR - 1) / MR, ys = outs * PANEL;
+    if (blocks == 0 || outs == 0) return;
+    if (threads < 1) threads = 1;
     int64_t per_chunk = blocks; /* tiles per chunk */
     if (4 * m * k > WHOLE_BYTES) {
         per_chunk = CHUNK_BYTES / (4 * k) / MR;
@@ -70,24 +102,34 @@ void panel_linear(const float *x, int64_t m, int64_t k, const float *wp, int64_t
     }
     const int64_t chunks = (blocks + per_chunk - 1) / per_chunk;
     per_chunk = (blocks + chunks - 1) / chunks; /* chunks of even size */
-    const int64_t tasks = chunks * panels * per_chunk;
-    if (threads < 1) threads = 1;
+    const int64_t tasks = chunks * outs * per_chunk;
     if (threads > tasks) threads = (int)(tasks > 0 ? tasks : 1);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < tasks; t++) {
-        const int64_t chunk = t / (panels * per_chunk), p = t / per_chunk % panels;
+        const int64_t chunk = t / (outs * per_chunk), p = t / per_chunk % outs;
         const int64_t r0 = (chunk * per_chunk + t % per_chunk) * MR;
         if (r0 >= m) continue; /* the last chunk's missing tiles */
         const int64_t rows = m - r0 < MR ? m - r0 : MR;
-        const float *xr = x + r0 * k, *w = wp + p * k * PANEL;
+        const float *xr = x + r0 * k;
         float *yr = y + r0 * ys + p * PANEL;
-        switch (rows) {
-        case 1: tile(xr, k, w, yr, ys, 1); break;
-        case 2: tile(xr, k, w, yr, ys, 2); break;
-        case 3: tile(xr, k, w, yr, ys, 3); break;
-        case 4: tile(xr, k, w, yr, ys, 4); break;
-        case 5: tile(xr, k, w, yr, ys, 5); break;
-        default: tile(xr, k, w, yr, ys, MR); break;
+        if (gated) {
+            float gate[MR * PANEL];
+            tile_rows(xr, k, wp + 2 * p * k * PANEL, gate, PANEL, rows, 0);
+            tile_rows(xr, k, wp + (2 * p + 1) * k * PANEL, yr, ys, rows, gate);
+        } else {
+            tile_rows(xr, k, wp + p * k * PANEL, yr, ys, rows, 0);
         }
     }
+}
+
+void panel_linear(const float *x, int64_t m, int64_t k, const float *wp, int64_t panels,
+                  float *y, int threads) {
+    products(x, m, k, wp, panels, y, threads, 0);
+}
+
+/* wp: the gate's and the up projection's panels interleaved, [2 * outs / PANEL, k,
+ * PANEL] (packed_linear.pack_gated); y [m, outs]. */
+void panel_swiglu(const float *x, int64_t m, int64_t k, const float *wp, int64_t panels,
+                  float *y, int threads) {
+    products(x, m, k, wp, panels, y, threads, 1);
 }
