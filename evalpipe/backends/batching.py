@@ -127,15 +127,24 @@ def _make_layer_class():
             self.keys = self.buf_k[:, :, : self.length]
             self.values = self.buf_v[:, :, : self.length]
 
-        def update(self, key_states, value_states, *args, **kwargs):
-            n, m = self.length, key_states.shape[-2]
+        def reserve(self, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+            """Views of the next `m` columns (keys, values), grown into if need be, for
+            the caller to write before `commit(m)` (rotary.py writes them in place)."""
+            n = self.length
             if n + m > self.buf_k.shape[-2]:
                 self.buf_k = _regrow(self.buf_k, n, n + m + GROW)
                 self.buf_v = _regrow(self.buf_v, n, n + m + GROW)
-            self.buf_k[:, :, n: n + m] = key_states
-            self.buf_v[:, :, n: n + m] = value_states
-            self.length = n + m
+            return self.buf_k[:, :, n: n + m], self.buf_v[:, :, n: n + m]
+
+        def commit(self, m: int) -> None:
+            self.length += m
             self._view()
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            keys, values = self.reserve(key_states.shape[-2])
+            keys.copy_(key_states)
+            values.copy_(value_states)
+            self.commit(key_states.shape[-2])
             return self.keys, self.values
 
         def get_seq_length(self) -> int:

@@ -7,9 +7,10 @@ cost. Here q, k and v share one packed weight and gate and up another, so a
 layer makes four calls instead of seven; the gate/up product applies SwiGLU's
 activation as it stores its outputs (packed_linear.gated: half the outputs
 written, no separate SiLU and product passes); the rotary embedding turns the
-queries and keys in one pass, and the norms run as one fused op (bitwise the
-same as the model's own). Everything else (the cache update, the attention
-function, the residuals) is the model's.
+queries and keys in one pass and writes keys and values straight into the cache
+(rotary.py, bit for bit the model's rotation), and the norms run as one fused op
+(bitwise the same as the model's own). Everything else (the attention function,
+the residuals) is the model's.
 
 The fused forward runs only while its `PackedLinears` is on (inside the
 engine's own forward calls) and with at least `MIN_ROWS` tokens of its kernel; otherwise
@@ -26,6 +27,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from evalpipe.backends import rotary
 
 
 def fusable(layer) -> bool:
@@ -71,16 +74,23 @@ def fuse(layer, pack: Callable[[torch.Tensor], Any],
                          position_embeddings=position_embeddings, **kwargs)
         b, t, width = hidden_states.shape
         h = F.rms_norm(hidden_states, (width,), norm_in.weight, norm_in.variance_epsilon)
-        y = matmul(h, qkv).view(b, t, heads + 2 * kv_heads, dim).transpose(1, 2)
-        qk, value = y[:, : heads + kv_heads], y[:, heads + kv_heads:]
-        cos, sin = (e.unsqueeze(1) for e in position_embeddings)
-        # The model's rotary embedding (x cos + rotate_half(x) sin, rounded alike), for
-        # queries and keys in one pass.
-        half = dim // 2
-        turned = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
-        qk = (qk * cos).add_(turned.mul_(sin))
-        query, key = qk[:, :heads], qk[:, heads:]
-        key, value = cache.update(key, value, attn.layer_idx, kwargs=kwargs)
+        y = matmul(h, qkv)
+        layer_cache = cache.layers[attn.layer_idx] \
+            if cache is not None and len(cache.layers) > attn.layer_idx else None
+        query = rotary.rotate_into(y, *position_embeddings, heads, kv_heads, dim, layer_cache)
+        if query is not None:  # keys and values written into the cache in place
+            key, value = layer_cache.keys, layer_cache.values
+        else:
+            y = y.view(b, t, heads + 2 * kv_heads, dim).transpose(1, 2)
+            qk, value = y[:, : heads + kv_heads], y[:, heads + kv_heads:]
+            cos, sin = (e.unsqueeze(1) for e in position_embeddings)
+            # The model's rotary embedding (x cos + rotate_half(x) sin, rounded alike), for
+            # queries and keys in one pass.
+            half = dim // 2
+            turned = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
+            qk = (qk * cos).add_(turned.mul_(sin))
+            query, key = qk[:, :heads], qk[:, heads:]
+            key, value = cache.update(key, value, attn.layer_idx, kwargs=kwargs)
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation,
                                                           eager_attention_forward)
         out, _ = attention(attn, query, key, value, attention_mask, dropout=0.0,
