@@ -38,3 +38,29 @@ def test_freed_memory_is_kept_unless_switched_off():
     assert kept == "True" and returned < 8
     kept, returned = _run("0")
     assert kept == "False" and returned > 56  # malloc as it is: the 64 MiB go back at once
+
+
+_MANY = """
+import os
+import torch
+from evalpipe.backends import allocator
+
+def rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+allocator.keep_freed_memory()
+bufs = [torch.ones(24 * 2**20 // 4) for _ in range(56)]  # 1.3 GiB of cache-sized buffers
+held = rss_mib()
+del bufs
+print(held - rss_mib())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_more_than_a_gibibyte_freed_at_once_is_kept():
+    """A RAG cell frees its first wave's caches (over 1 GiB) together: they stay for the
+    next cell instead of being faulted in anew."""
+    out = subprocess.run([sys.executable, "-c", _MANY], capture_output=True, text=True,
+                         check=True, env={**os.environ, "EVALPIPE_KEEP_MEMORY": "1"})
+    assert float(out.stdout.split()[0]) < 64

@@ -20,6 +20,10 @@ import sys
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 _THRESHOLD = 1 << 30  # above any one buffer of the loop (mallopt takes an int)
+# The largest trim threshold mallopt takes: a RAG cell frees more than 1 GiB of caches at
+# once (its first wave's), which a 1 GiB threshold gave back, so the next cell faulted
+# them in anew (default job: 1.17 million page faults, 0.79 million with this).
+_TRIM = 2**31 - 1
 _kept = False
 
 
@@ -35,5 +39,5 @@ def keep_freed_memory() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     _kept = mallopt(_M_MMAP_THRESHOLD, _THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD,
-                                                                     _THRESHOLD) == 1
+                                                                     _TRIM) == 1
     return _kept
