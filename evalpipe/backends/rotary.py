@@ -2,11 +2,11 @@
 `rotary.c`: queries laid out for attention, keys turned and values copied straight
 into the layer's cache buffer, bit for bit the model's own rotation.
 
-A prefill layer at 4,096 tokens spent 2.8 ms turning queries and keys in torch
-(a concatenation, a negation and three elementwise passes) and more copying keys and
-values into the cache; a decode step paid the calls' fixed costs 30 times. Where the
-kernel is not built (no compiler, `EVALPIPE_NATIVE_KERNELS=0`) or the tensors are
-not the kernel's layout, `rotate_into` returns None and the layer keeps torch's ops.
+In torch that took a concatenation, a negation and three elementwise passes, then
+two copies into the cache, per layer (a decode step paid their fixed costs 30
+times). Where the kernel is not built (no compiler, `EVALPIPE_NATIVE_KERNELS=0`) or
+the tensors are not the kernel's layout, `rotate_into` returns None and the layer
+keeps torch's ops.
 """
 
 from __future__ import annotations
