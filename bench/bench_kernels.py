@@ -5,7 +5,7 @@
 
 Runs one workload (bench/workloads.py) through the engine twice in one process,
 once with the weights packed once (panels for float32, oneDNN's layout for
-bfloat16: the default on a CPU, `evalpipe/backends/packed_linear.py`) and once
+bfloat16: the default on a CPU, `evalpipe/backends/local/packed_linear.py`) and once
 on the stock kernel, and prints
 wall time, tokens/s, the machine's load around each side, and how many replies
 (every turn's raw text) and final answers are identical: the two kernels sum

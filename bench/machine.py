@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def cpu_line() -> str:
-    from evalpipe.backends.cpu import describe_cpu
+    from evalpipe.backends.local.cpu import describe_cpu
 
     return describe_cpu()
 
@@ -43,7 +43,7 @@ def matmul_rate(n: int = 1024, seconds: float = 2.0) -> float:
     ceiling from the BLAS alone put a run at 158% of it."""
     import torch
 
-    from evalpipe.backends import packed_linear
+    from evalpipe.backends.local import packed_linear
 
     a, b = torch.randn(n, n), torch.randn(n, n)
     products = [lambda: torch.mm(a, b)]

@@ -11,7 +11,7 @@ import pytest
 _CHILD = """
 import os
 import torch
-from evalpipe.backends import allocator
+from evalpipe.backends.local import allocator
 
 def rss_mib():
     with open("/proc/self/statm") as f:
@@ -43,7 +43,7 @@ def test_freed_memory_is_kept_unless_switched_off():
 _MANY = """
 import os
 import torch
-from evalpipe.backends import allocator
+from evalpipe.backends.local import allocator
 
 def rss_mib():
     with open("/proc/self/statm") as f:

@@ -8,8 +8,8 @@ import random
 import helpers
 import pytest
 
-from evalpipe.backends import batching
-from evalpipe.backends.batching import BatchGenerator, PrefixStore
+from evalpipe.backends.local import batching
+from evalpipe.backends.local.batching import BatchGenerator, PrefixStore
 
 
 @pytest.fixture(scope="module")

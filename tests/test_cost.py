@@ -9,7 +9,7 @@ import random
 import helpers
 import pytest
 
-from evalpipe.backends.batching import BatchGenerator, PrefixStore, common_prefix
+from evalpipe.backends.local.batching import BatchGenerator, PrefixStore, common_prefix
 from evalpipe.scoring.cost import decode_rate, probe_summary, sample_cost
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evalpipe.backends import native, own_attention
-from evalpipe.backends.prefix_attention import SharedPrefix, _cascade
+from evalpipe.backends.local import native, own_attention
+from evalpipe.backends.local.prefix_attention import SharedPrefix, _cascade
 from tests.helpers import needs_compiler
 
 

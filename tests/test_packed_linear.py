@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evalpipe.backends import fused_layer, packed_linear
-from evalpipe.backends.batching import BatchGenerator, PrefixStore
-from evalpipe.backends.packed_linear import PackedLinears
+from evalpipe.backends.local import fused_layer, packed_linear
+from evalpipe.backends.local.batching import BatchGenerator, PrefixStore
+from evalpipe.backends.local.packed_linear import PackedLinears
 from tests import helpers
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),

@@ -14,8 +14,8 @@ import pytest
 import torch
 from helpers import greedy_reference as reference
 
-from evalpipe.backends import own_attention, prefill_attention
-from evalpipe.backends.batching import BatchGenerator, PrefixStore
+from evalpipe.backends.local import own_attention, prefill_attention
+from evalpipe.backends.local.batching import BatchGenerator, PrefixStore
 
 pytestmark = helpers.needs_compiler
 

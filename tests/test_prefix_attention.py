@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
-from evalpipe.backends.prefix_attention import SharedPrefix, _cascade, _with_prefix
+from evalpipe.backends.local.prefix_attention import SharedPrefix, _cascade, _with_prefix
 
 
 class _Module:

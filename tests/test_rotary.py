@@ -10,8 +10,8 @@ import pytest
 import torch
 from helpers import needs_compiler
 
-from evalpipe.backends import packed_linear, rotary
-from evalpipe.backends.batching import BatchGenerator, PrefixStore, _make_layer_class
+from evalpipe.backends.local import packed_linear, rotary
+from evalpipe.backends.local.batching import BatchGenerator, PrefixStore, _make_layer_class
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -11,7 +11,7 @@ import pytest
 from helpers import greedy_reference as reference
 
 from evalpipe.backends.base import GenerationSettings
-from evalpipe.backends.batching import BatchGenerator, PrefixStore, common_prefix, supported
+from evalpipe.backends.local.batching import BatchGenerator, PrefixStore, common_prefix, supported
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -10,7 +10,7 @@ import helpers
 import pytest
 from helpers import greedy_reference as reference
 
-from evalpipe.backends.batching import BatchGenerator, PrefixStore, TurnStore, _Turn
+from evalpipe.backends.local.batching import BatchGenerator, PrefixStore, TurnStore, _Turn
 
 EOS = 2
 

@@ -1,6 +1,6 @@
 """Local models through transformers: continuous batching, greedy by default.
 
-Generation runs through `evalpipe.backends.batching.BatchGenerator` (a manual
+Generation runs through `evalpipe.backends.local.batching.BatchGenerator` (a manual
 decode loop: rows leave the batch at their own end token and waiting prompts
 take their place; the prompts' shared prefix is prefilled once and reused).
 Models whose cache it does not handle (sliding-window or linear attention)
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from evalpipe.backends import allocator, batching
+from evalpipe.backends.local import allocator, batching
 from evalpipe.backends.base import (
     PLAIN_TEMPLATE,
     Backend,
@@ -28,7 +28,7 @@ from evalpipe.backends.base import (
     GenerationSettings,
     cut_plain_turn,
 )
-from evalpipe.backends.cpu import resolve_dtype
+from evalpipe.backends.local.cpu import resolve_dtype
 from evalpipe.backends.models import ALIASES, resolve_model
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.records import Generation

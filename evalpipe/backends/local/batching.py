@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from evalpipe.backends import packed_linear, prefix_attention
+from evalpipe.backends.local import packed_linear, prefix_attention
 
 GROW = 64  # spare columns added whenever a layer buffer has to grow
 MIN_PREFIX = 16  # shorter common prefixes are not worth a stored cache

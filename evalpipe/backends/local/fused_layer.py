@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from evalpipe.backends import rotary
+from evalpipe.backends.local import rotary
 
 
 def fusable(layer) -> bool:

@@ -34,7 +34,7 @@ def build(source: Path) -> ctypes.CDLL | None:
     compiler = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
     if compiler is None:
         return None
-    from evalpipe.backends.cpu import cpu_info
+    from evalpipe.backends.local.cpu import cpu_info
     from evalpipe.paths import cache_dir
 
     # The source and the headers beside it; -march=native code runs only on CPUs like

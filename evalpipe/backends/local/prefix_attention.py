@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from evalpipe.backends import own_attention, prefill_attention
+from evalpipe.backends.local import own_attention, prefill_attention
 
 NAME = "evalpipe_shared_prefix"
 

@@ -34,13 +34,13 @@ from pathlib import Path
 
 import torch
 
-from evalpipe.backends import fused_layer, native
+from evalpipe.backends.local import fused_layer, native
 
 # Rows from which a product takes the packed weights: below 4, oneDNN's packed kernel is
 # no faster than the stock one; the panel kernel is faster from one row (the layers of
 # SmolLM2-135M at one row: 16.0 against 36.2 ms).
 MIN_ROWS = {"panel": 1, "onednn-packed": 4}
-SOURCE = Path(__file__).with_name("panel_linear.c")
+SOURCE = Path(__file__).parent / "kernels" / "panel_linear.c"
 
 
 @functools.lru_cache(maxsize=1)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from evalpipe.backends import native
+from evalpipe.backends.local import native
 
-SOURCE = Path(__file__).with_name("rotary.c")
+SOURCE = Path(__file__).parent / "kernels" / "rotary.c"
 _i64, _ptr = ctypes.c_int64, ctypes.c_void_p
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from evalpipe.backends import own_attention
+from evalpipe.backends.local import own_attention
 
 MIN_QUERIES = 2  # query tokens per row from which the kernel takes a chunk (1: decode)
 

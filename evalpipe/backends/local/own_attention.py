@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from evalpipe.backends import native
+from evalpipe.backends.local import native
 
-SOURCE = Path(__file__).with_name("own_attention.c")
+SOURCE = Path(__file__).parent / "kernels" / "own_attention.c"
 _i64, _ptr = ctypes.c_int64, ctypes.c_void_p
 
 
