@@ -89,7 +89,8 @@ def test_every_category(category):
     final = kwargs.pop("final_answer", "")
     out = score(make_sample(question, final, **kwargs), question)
     assert out["category"] == category
-    assert (out["subtype"] is not None) == (category == "wrong_plan")
+    # the turn_limit case repeats its call: subtype repeated_call
+    assert (out["subtype"] is not None) == (category in ("wrong_plan", "turn_limit"))
     assert out["infra"] == (category == "infra_error")
 
 
@@ -235,6 +236,8 @@ FLAG_CASES = {
                                 "steps": RIGHT_CALLS}),
     "tool_error": (CALC, {"final_answer": "Kết quả là 294.", "steps": [
         [call("divide", {"a": 1, "b": 0}, error="tool_exception")]] + RIGHT_CALLS}),
+    "repeated_call": (CALC, {"final_answer": "Kết quả là 294.",
+                             "steps": RIGHT_CALLS[:1] + RIGHT_CALLS}),
 }
 
 

@@ -261,3 +261,46 @@ def test_why_records_the_facts_the_ladder_used():
     assert (facts["rag"], facts["gold_shown"], facts["searched"], facts["correct"]) == (
         True, False, True, False)
     assert out["why"]["reason"].startswith("no chunk shown covers a gold passage")
+
+
+def test_a_call_repeated_after_its_result_until_the_turn_limit_is_turn_limit_repeated_call():
+    # the 0.5B on "1234 nhân 5678": the right call, then the same call every turn
+    loop = [[call("multiply", {"a": 868, "b": 60}, 52080)]] * 5
+    out = score_sample(make_sample(ONE, stop_reason="turn_limit", steps=loop), ONE)
+    assert (out["category"], out["subtype"]) == ("turn_limit", "repeated_call")
+    assert "repeated" in out["why"]["reason"] and "repeated_call" in out["flags"]
+    assert out["plan_exact"] is True  # the repeats are no steps of the plan
+    assert out["why"]["plan"]["matched"] == {"s1": 0}
+
+
+def test_a_repeat_that_is_then_misreported_is_misreported_not_an_extra_step():
+    twice = RIGHT[:1] + RIGHT
+    out = score_sample(make_sample(CALC, "Kết quả là 249.", steps=twice), CALC)
+    assert out["category"] == "misreported_result" and "repeated_call" in out["flags"]
+    assert out["why"]["plan"]["matched"] == {"s1": 0, "s2": 2}
+
+
+def test_a_repeat_in_the_same_reply_or_of_a_refused_call_is_no_repeat():
+    same_reply = [[call("add", {"a": 12, "b": 30}, 42), call("add", {"a": 12, "b": 30}, 42)],
+                  [call("multiply", {"a": 42, "b": 7}, 294)]]
+    out = score_sample(make_sample(CALC, "Kết quả là 249.", steps=same_reply), CALC)
+    assert (out["category"], out["subtype"]) == ("wrong_plan", "extra_step")
+    refused = [[call("divide", {"a": 144, "b": 0}, error="tool_exception")]] * 2
+    out = score_sample(make_sample(DIV, "12", steps=refused), DIV)
+    assert "repeated_call" not in out["flags"]
+
+
+def test_a_run_that_left_the_plan_before_the_turn_limit_is_judged_by_its_plan():
+    # "Tính (12 + 30) nhân 7." -> multiply(12, 30) every turn: format right, plan wrong
+    wrong = [[call("multiply", {"a": 12, "b": 30}, 360)]] * 5
+    out = score_sample(make_sample(CALC, stop_reason="turn_limit", steps=wrong), CALC)
+    assert (out["category"], out["subtype"]) == ("wrong_plan", "wrong_arguments")
+    assert "max_turns" in out["why"]["reason"] and "repeated_call" in out["flags"]
+    # the capital question -> an invented add(121, 23), repeated until the limit
+    added = [[call("add", {"a": 121, "b": 23}, 144)]] * 5
+    out = score_sample(make_sample(CTRL_VI, stop_reason="turn_limit", steps=added), CTRL_VI)
+    assert out["category"] == "unneeded_tool_call" and "max_turns" in out["why"]["reason"]
+    # still on the plan (step 1 done, step 2 not yet) when the turns ran out
+    partial = [[call("add", {"a": 12, "b": 30}, 42)]]
+    out = score_sample(make_sample(CALC, stop_reason="turn_limit", steps=partial), CALC)
+    assert (out["category"], out["subtype"]) == ("turn_limit", None)

@@ -11,7 +11,10 @@ The ladder (DESIGN.md, "Failure categories"):
  4. malformed_call       a tool-call attempt did not parse (after the lenient parse)
  5. unknown_tool         a call named a tool that was not offered
  6. invalid_arguments    a call's arguments failed the tool's schema
- 7. turn_limit           max_turns reached without a final answer
+ 7. turn_limit           max_turns reached without a final answer, every call so far
+                         on the gold plan's path (subtype repeated_call: a call was
+                         repeated verbatim after its result had come back). A run that
+                         left the plan first is judged by its plan (rungs 9-10).
  8. no_tool_call         the gold plan needs tools that were offered, none was called
  9. unneeded_tool_call   the gold plan is empty, tools were called, answer wrong
 10. wrong_plan           every call well-formed, the calls do not match the gold plan;
@@ -61,6 +64,7 @@ DISPLAY_ORDER = ("correct", "infra_error", "tool_failure", SCORER_ERROR,
 FLAGS = (
     "wrong_language", "abstained", "correct_without_retrieval", "repaired_format",
     "parallel_calls", "truncated_tool_output", "number_words", "length_limit", "tool_error",
+    "repeated_call",
 )
 
 
@@ -84,6 +88,8 @@ class Facts:
     abstain_gold: bool
     searched: bool | None = None  # implied-search plan: a search ran; None: no such plan
     tool_failure: bool = False  # a tool failed the model (plan.tool_failed)
+    repeated_call: bool = False  # a call repeated one whose result had come back
+    off_plan: bool = False  # a call no gold step asks for (wrong tool, arguments, order, extra)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -92,7 +98,7 @@ class Facts:
 @dataclass(frozen=True, slots=True)
 class Verdict:
     category: str
-    subtype: str | None  # wrong_plan only: the primary plan failure
+    subtype: str | None  # wrong_plan: the primary plan failure; turn_limit: repeated_call
     rung: int  # 1-based position of the deciding rule in CATEGORIES
     reason: str  # the deciding facts, in words
 
@@ -117,7 +123,10 @@ def decide(f: Facts) -> Verdict:
         return _verdict("unknown_tool", "a call named a tool the cell did not offer")
     if f.invalid_arguments:
         return _verdict("invalid_arguments", "a call's arguments failed the tool's schema")
-    if f.turn_limit:
+    if f.turn_limit and not f.off_plan:
+        if f.repeated_call:
+            return _verdict("turn_limit", "max_turns reached without a final answer: a call "
+                            "was repeated after its result had come back", "repeated_call")
         return _verdict("turn_limit", "max_turns reached without a final answer")
     plan_needs_tools = f.plan_applicable and not f.gold_plan_empty
     implied = f.searched is not None
@@ -125,13 +134,15 @@ def decide(f: Facts) -> Verdict:
         return _verdict("no_tool_call", "the plan needs a search before the answer; no tool "
                         "was called" if implied else
                         "the gold plan needs offered tools; no tool was called")
+    # A run that left the plan and then ran out of turns is judged by the plan it left.
+    then = "; then max_turns was reached without an answer" if f.turn_limit else ""
     if f.gold_plan_empty and f.called:
-        return _verdict("unneeded_tool_call",
-                        "the gold plan is empty, a tool was called, and the answer is wrong")
+        return _verdict("unneeded_tool_call", "the gold plan is empty and a tool was called" +
+                        (then or ", and the answer is wrong"))
     if plan_needs_tools:
         if not f.plan_exact:
-            return _verdict("wrong_plan", f"the calls do not match the plan: {f.plan_reason}",
-                            f.plan_reason)
+            return _verdict("wrong_plan", f"the calls do not match the plan: {f.plan_reason}"
+                            + then, f.plan_reason)
         if not f.rag and not implied:
             return _verdict("misreported_result",
                             "the gold plan matched; the final answer does not")

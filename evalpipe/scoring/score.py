@@ -129,6 +129,14 @@ class PlanStage:
     steps: list[dict[str, Any]] | None  # the plan scored: the gold plan, or the implied search
     implied_search: bool  # a corpus question in a cell where search_site is a tool
     result: PlanResult | None
+    repeated: bool = False  # a call repeated one whose result had come back (repeated_calls)
+
+    @property
+    def off_plan(self) -> bool:
+        """The calls made left the plan: anything wrong but steps not done yet (any
+        call at all when the plan is empty)."""
+        return bool(self.applicable and self.result
+                    and set(self.result.reasons) - {"missing_step"})
 
 
 def corpus_question(question: Question) -> bool:
@@ -165,11 +173,31 @@ def plan_stage(question: Question, turns: list[dict[str, Any]], offered: set[str
              else gold_calls)
     applicable = steps is not None and (
         offered is None or (bool(offered) and all(s.get("name") in offered for s in steps)))
+    executed = executed_calls(turns)
+    repeats = repeated_calls(executed)
     result = None
     if applicable:
-        executed = executed_calls(turns)
-        result = search_plan(executed) if implied else match_plan(executed, steps, rules)
-    return PlanStage(applicable, steps, implied, result)
+        # A repeat is no step of a plan: the plan is judged on the calls that asked
+        # for something new, and the repeat is named on its own (turn_limit, a flag).
+        fresh = [e for e in executed if e.position not in repeats]
+        renumbered = [replace(e, position=i) for i, e in enumerate(fresh)]
+        result = search_plan(renumbered) if implied else match_plan(renumbered, steps, rules)
+        result.matched = {sid: fresh[pos].position for sid, pos in result.matched.items()}
+    return PlanStage(applicable, steps, implied, result, bool(repeats))
+
+
+def repeated_calls(executed: list[Executed]) -> set[int]:
+    """Positions of calls that repeat, verbatim (same tool, equal arguments), a call of
+    an earlier turn that ran: its result had come back, so nothing new was asked."""
+    done: list[Executed] = []
+    repeats: set[int] = set()
+    for e in executed:
+        if any(d.turn < e.turn and d.name == e.name and d.arguments == e.arguments
+               for d in done):
+            repeats.add(e.position)
+        elif e.ok:
+            done.append(e)
+    return repeats
 
 
 # --- stage: retrieval -------------------------------------------------------------------
@@ -241,14 +269,18 @@ def facts(sample: dict[str, Any], question: Question, gold: Gold, m: AnswerMatch
         plan_reason=result.reason if result else None, rag=retrieval.rag,
         gold_shown=retrieval.gold_shown, abstain_gold=gold.answer_type == "abstain",
         searched=bool(result and result.matched) if plan.implied_search else None,
-        tool_failure=tool_failed(sample.get("turns") or [], plan.steps))
+        tool_failure=tool_failed(sample.get("turns") or [], plan.steps),
+        repeated_call=plan.repeated, off_plan=plan.off_plan)
 
 
 # --- stage: flags -----------------------------------------------------------------------
 
 def flags(question: Question, gold: Gold, final: str, m: AnswerMatch, calls: CallStats,
-          retrieval: RetrievalStage, stop_reason: str) -> list[str]:
+          retrieval: RetrievalStage, stop_reason: str, repeated_call: bool = False
+          ) -> list[str]:
     out = []
+    if repeated_call:
+        out.append("repeated_call")
     if gold.lang in DETECTED_LANGUAGES and final:
         detected = detect_language(final, m.reply_key)
         if detected is not None and detected != gold.lang:
@@ -351,7 +383,7 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3,
             "plan": _plan_why(plan),
         },
         "flags": flags(question, gold, final, m, calls, retrieval,
-                       sample.get("stop_reason") or ""),
+                       sample.get("stop_reason") or "", plan.repeated),
         "cost": cost(sample, turns),
     }
 
