@@ -457,3 +457,35 @@ def test_repair_never_evaluates():
     payload = "__import__('os').system('echo pwned')"
     assert loads_value(payload, lenient=True)[1] == "not_json"
     assert "__import__" in repair_json(payload)  # left as text, and json.loads refuses it
+
+
+# What Qwen2.5-Coder 0.5B/1.5B really write instead of <tool_call> tags (docs/models.md).
+QWEN_SHAPES = {
+    "bare object": ('{"name": "multiply", "arguments": {"a": 1234, "b": 5678}}',
+                    [("multiply", {"a": 1234, "b": 5678})]),
+    "fenced json": (('Tôi sẽ gọi công cụ.\n```json\n{"name": "multiply", "arguments": '
+                    '{"a": 12, "b": 30}}\n```'), [("multiply", {"a": 12, "b": 30})]),
+    "two fences": (('```json\n{"name": "add", "arguments": {"a": 12, "b": 30}}\n```\n'
+                   '```json\n{"name": "multiply", "arguments": {"a": 42, "b": 7}}\n```'),
+                   [("add", {"a": 12, "b": 30}), ("multiply", {"a": 42, "b": 7})]),
+    "two objects": (('{"name": "add", "arguments": {"a": 12, "b": 30}}\n'
+                    '{"name": "multiply", "arguments": {"a": 42, "b": 7}}'),
+                    [("add", {"a": 12, "b": 30}), ("multiply", {"a": 42, "b": 7})]),
+    "a list": (('```json\n[{"name": "add", "arguments": {"a": 12, "b": 30}}, '
+               '{"name": "subtract", "arguments": {"a": 5, "b": 1}}]\n```'),
+               [("add", {"a": 12, "b": 30}), ("subtract", {"a": 5, "b": 1})]),
+}
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "native", "json"])
+@pytest.mark.parametrize("shape", QWEN_SHAPES)
+def test_the_call_shapes_qwen_writes_are_read_leniently_and_are_strict_errors(fmt, shape):
+    reply, want = QWEN_SHAPES[shape]
+    f = get_format(fmt)
+    lenient = f.parse(reply, lenient=True)
+    assert [(c.name, c.arguments) for c in lenient.calls] == want
+    assert lenient.repaired and not lenient.errors
+    assert "{" not in lenient.content and "```" not in lenient.content
+    strict = f.parse(reply, lenient=False)
+    # every call written is one strict format error: strict validity counts them all
+    assert strict.calls == [] and len(strict.errors) == len(want)

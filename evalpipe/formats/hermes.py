@@ -27,7 +27,7 @@ from evalpipe.formats.base import (
     tool_call_blocks,
 )
 from evalpipe.formats.calls import calls_from_text, looks_like_call, remove_spans, tidy
-from evalpipe.formats.repair import json_spans
+from evalpipe.formats.repair import json_spans, loads_value
 from evalpipe.records import ParseResult, ToolCall
 
 OPEN, CLOSE, BLOCK = TOOL_CALL_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_BLOCK
@@ -99,9 +99,10 @@ class HermesFormat(PromptProtocolFormat):
         spans = [s for s in json_spans(reply) if looks_like_call(s.text(reply))]
         for index, span in enumerate(spans):
             where = f"untagged call {index}"
-            if not lenient:
-                result.errors.append(error("untagged_call", f"{where}: a call without "
-                                           f"{OPEN} tags", span.text(reply)))
+            if not lenient:  # one error per call written, as the lenient parse counts them
+                result.errors += [error("untagged_call", f"{where}: a call without {OPEN} tags",
+                                        span.text(reply))
+                                  for _ in range(_calls_written(span.text(reply)))]
                 continue
             calls, errors, _ = calls_from_text(span.text(reply), where, lenient=True,
                                                allow_list=True)
@@ -109,6 +110,14 @@ class HermesFormat(PromptProtocolFormat):
             result.errors += errors
             result.repaired |= bool(calls)
         return remove_spans(reply, spans)
+
+
+def _calls_written(body: str) -> int:
+    """How many calls a bare JSON region holds: the objects of a list, else one."""
+    value, kind, _ = loads_value(body, lenient=True)
+    if kind is None and isinstance(value, list):
+        return max(1, sum(isinstance(v, dict) for v in value))
+    return 1
 
 
 class NativeFormat(HermesFormat):
