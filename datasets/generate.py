@@ -651,6 +651,31 @@ def control() -> list[dict]:
     return out
 
 
+# ---------------------------------------------------------------- seed
+
+# The three questions of the project's first experiment (docs/seed.md), word for word:
+# a product to compute, a fact no tool knows, a two-step plan.
+SEED_QUESTIONS = [
+    ("vi", "1234 nhân 5678 bằng bao nhiêu?", 7006652, [],
+     [{"id": "s1", "name": "multiply", "arguments": {"a": 1234, "b": 5678}}], ["steps:1"]),
+    ("vi", "Thủ đô của Việt Nam là gì?", "Hà Nội", ["Ha Noi", "Hanoi"], [],
+     ["general_knowledge"]),
+    ("vi", "Tính (12 + 30) nhân 7.", 294, [],
+     [{"id": "s1", "name": "add", "arguments": {"a": 12, "b": 30}},
+      {"id": "s2", "name": "multiply", "arguments": {"a": "$s1", "b": 7}}], ["steps:2"]),
+]
+
+
+def seed_questions() -> list[dict]:
+    out = []
+    for n, (lang, question, answer, aliases, calls, tags) in enumerate(SEED_QUESTIONS, start=1):
+        atype = "number" if isinstance(answer, int) else "text"
+        out.append(record(id=f"seed-{n}", suite="seed", question=question, answer=answer,
+                          answer_type=atype, aliases=aliases, lang=lang, gold_calls=calls,
+                          tags=tags))
+    return out
+
+
 # ---------------------------------------------------------------- site_rag
 
 def _doc_lang(text: str) -> str:
@@ -711,45 +736,58 @@ def site_rag() -> list[dict]:
 # ---------------------------------------------------------------- sample and output
 
 def pick_sample(records: list[dict], suite: str, rng: random.Random) -> list[dict]:
-    """Six varied questions: three per language, different shapes/ops/tags."""
+    """Six varied questions (three per language), in the order the default job reads
+    them: it takes the first `limit` (4) of each file, so the first four alone show
+    the suite's mix (datasets/README.md, "The sample")."""
     if suite == "site_rag":
+        # First four: a same-language question in each language, a cross-lingual one
+        # (a Vietnamese question over an English post) and an abstain question, near
+        # the set's mix (43% same-language, 45% cross-lingual, 12% abstain); then the
+        # other language's abstain question and a changed fact.
         abstain = [r for r in records if r["answer_type"] == "abstain"]
         answerable = [r for r in records if r["answer_type"] != "abstain"]
-        first = rng.choice([r for r in abstain if r["lang"] == "en"])
-        chosen = [first, rng.choice([r for r in abstain if r["lang"] == "vi"
-                                     and r["tags"][-1] != first["tags"][-1]])]
-        wanted = [("vi", "cross_lingual"), ("en", "changed_fact"), ("vi", "numeric"),
+        abstain_en = rng.choice([r for r in abstain if r["lang"] == "en"])
+        abstain_vi = rng.choice([r for r in abstain if r["lang"] == "vi"
+                                 and r["tags"][-1] != abstain_en["tags"][-1]])
+        wanted = [("vi", "cross_lingual"), ("en", "changed_fact"), ("vi", "doc_lang:vi"),
                   ("en", "short_text")]
-        for lang, tag in wanted:
-            pool = [r for r in answerable if r["lang"] == lang and tag in r["tags"]
-                    and r not in chosen]
-            chosen.append(rng.choice(pool))
-        # The default job takes the first `limit` questions of each file: alternate answerable
-        # and abstain questions so that any cut of two or more reaches both.
-        answer_first = sorted(chosen[2:], key=lambda r: r["id"])
-        abstain_first = sorted(chosen[:2], key=lambda r: r["id"])
-        mixed = [r for pair in zip(answer_first, abstain_first) for r in pair]
-        return mixed + answer_first[len(abstain_first):]
+        cross, changed, same_vi, same_en = (
+            rng.choice([r for r in answerable if r["lang"] == lang and tag in r["tags"]
+                        and (tag != "short_text" or "doc_lang:en" in r["tags"])])
+            for lang, tag in wanted)
+        return [same_en, same_vi, cross, abstain_en, changed, abstain_vi]
     if suite == "arithmetic":
+        # First four: one question per calculator tool, two per language.
         key = {r["id"]: next(t for t in r["tags"] if t.startswith("op:")) for r in records}
         pool = [r for r in records if key[r["id"]] in ("op:add", "op:subtract", "op:multiply",
                                                       "op:divide")]
         wanted = [("vi", "op:multiply"), ("en", "op:multiply"), ("vi", "op:divide"),
                   ("en", "op:add"), ("vi", "op:subtract"), ("en", "op:divide")]
-        return sorted((rng.choice([r for r in pool if r["lang"] == lang and key[r["id"]] == op])
-                       for lang, op in wanted), key=lambda r: r["id"])
+        mul_vi, mul_en, div_vi, add_en, sub_vi, div_en = (
+            rng.choice([r for r in pool if r["lang"] == lang and key[r["id"]] == op])
+            for lang, op in wanted)
+        return [mul_vi, add_en, sub_vi, div_en, mul_en, div_vi]
     if suite == "plan":
+        # First four: two 2-step plans (one whose naive left-to-right reading calls the
+        # tools in the wrong order) and two 3-step plans with independent steps, as the
+        # set has about as many 2- as 3-step plans.
         wanted = [("vi", "shape:seq2"), ("en", "shape:seq2"), ("vi", "shape:reversed2"),
                   ("en", "shape:reversed2"), ("vi", "shape:parallel3"), ("en", "shape:parallel3")]
-        return sorted((rng.choice([r for r in records if r["lang"] == lang and tag in r["tags"]])
-                       for lang, tag in wanted), key=lambda r: r["id"])
-    chosen = []  # control: per language one number and two text answers
+        seq_vi, seq_en, rev_vi, rev_en, par_vi, par_en = (
+            rng.choice([r for r in records if r["lang"] == lang and tag in r["tags"]])
+            for lang, tag in wanted)
+        return [seq_vi, rev_en, par_vi, par_en, seq_en, rev_vi]
+    # control: per language one number and two text answers; three text answers and
+    # one number first (the set is 75% text)
+    picked = {}
     for lang in ("vi", "en"):
-        chosen.append(rng.choice([r for r in records if r["lang"] == lang
-                                  and r["answer_type"] == "number"]))
-        chosen += rng.sample([r for r in records if r["lang"] == lang
-                              and r["answer_type"] == "text"], 2)
-    return sorted(chosen, key=lambda r: r["id"])
+        picked[lang, "number"] = rng.choice([r for r in records if r["lang"] == lang
+                                             and r["answer_type"] == "number"])
+        picked[lang, "text"], picked[lang, "text2"] = rng.sample(
+            [r for r in records if r["lang"] == lang and r["answer_type"] == "text"], 2)
+    order = [("vi", "text"), ("en", "text"), ("vi", "number"), ("en", "text2"),
+             ("en", "number"), ("vi", "text2")]
+    return [picked[k] for k in order]
 
 
 def dumps(records: list[dict]) -> str:
@@ -773,6 +811,7 @@ def build() -> dict[Path, str]:
         langs = Counter(r["lang"] for r in records)
         print(f"{suite:11s} {len(records):4d}  " + "  ".join(f"{k}={v}" for k, v in
                                                              sorted(langs.items())))
+    files[HERE / "seed.jsonl"] = dumps(seed_questions())
     return files
 
 

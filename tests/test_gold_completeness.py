@@ -93,11 +93,26 @@ def test_power_questions_use_english_ordinals():
         assert f" {wrong} " not in text
 
 
-def test_the_default_jobs_cut_of_the_rag_sample_reaches_abstain_questions():
+def test_the_default_jobs_cut_of_each_sample_shows_its_suites_mix():
+    """The default job reads the first `limit` questions of each sample file: they
+    must not all be of one kind (both answerable RAG questions cross-lingual once made
+    retrieval look broken)."""
     import yaml
 
     limit = yaml.safe_load((REPO / "configs/default.yaml").read_text())["limit"]
-    sample = load_questions(str(REPO / "datasets/sample/site_rag.jsonl"))[:limit]
-    kinds = {q.answer_type for q in sample}
-    assert "abstain" in kinds and kinds & {"number", "text"}
-    assert {q.lang for q in sample if q.answer_type == "abstain"} == {"vi", "en"}
+
+    def cut(suite):
+        return load_questions(str(REPO / f"datasets/sample/{suite}.jsonl"))[:limit]
+
+    for suite in ("arithmetic", "plan", "site_rag", "control"):
+        assert sorted(q.lang for q in cut(suite)) == ["en", "en", "vi", "vi"], suite
+    rag = cut("site_rag")
+    kinds = sorted("abstain" if q.answer_type == "abstain" else
+                   "cross" if "cross_lingual" in q.tags else "same" for q in rag)
+    assert kinds == ["abstain", "cross", "same", "same"]
+    assert {q.lang for q in rag if "cross_lingual" not in q.tags and q.gold_passages} == \
+        {"vi", "en"}
+    assert {q.gold_calls[0]["name"] for q in cut("arithmetic")} == \
+        {"add", "subtract", "multiply", "divide"}
+    assert sorted(len(q.gold_calls) for q in cut("plan")) == [2, 2, 3, 3]
+    assert sorted(q.answer_type for q in cut("control")) == ["number", "text", "text", "text"]
