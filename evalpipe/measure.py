@@ -9,7 +9,9 @@ tools) and counts, over every tool-call attempt (a parsed call or a parse
 error), how many parsed and validated against the tool's schema: lenient is
 what the engine executes; strict re-parses the same raw replies with
 lenient=False. A sample is valid when all of its attempts are. Nothing is
-written unless --dump is given (the raw replies, for fixtures).
+written unless --dump is given (the raw replies, for fixtures). `render_table`
+writes the results as one Markdown table; a format under which the model never
+tried to call a tool says so instead of showing empty rates.
 """
 
 from __future__ import annotations
@@ -102,3 +104,31 @@ def validity(samples: list[Sample], fmt_name: str, toolset: Toolset | None = Non
             out.samples_valid += valid == attempts
             out.samples_valid_strict += valid_strict == attempts
     return out
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part}/{whole} ({part / whole:.0%})"
+
+
+def _kinds(kinds: dict[str, int]) -> str:
+    return ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])) or "-"
+
+
+def render_table(rows: list[tuple[str, str, Validity]]) -> str:
+    """(model, format, validity) rows as a Markdown table: call-level and sample-level
+    validity, lenient (what the engine runs) and strict, and the error kinds seen."""
+    header = ["model", "format", "samples with a call attempt", "attempts",
+              "calls valid, lenient", "calls valid, strict", "samples valid, lenient",
+              "samples valid, strict", "errors (lenient)", "errors (strict)"]
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for model, fmt, v in rows:
+        if not v.attempts:
+            cells = [f"0/{v.samples}", "0", *["no call attempted"] * 4, "-", "-"]
+        else:
+            cells = [_share(v.samples_attempted, v.samples), str(v.attempts),
+                     _share(v.valid, v.attempts), _share(v.valid_strict, v.attempts),
+                     _share(v.samples_valid, v.samples_attempted),
+                     _share(v.samples_valid_strict, v.samples_attempted),
+                     _kinds(v.error_kinds), _kinds(v.strict_error_kinds)]
+        out.append("| " + " | ".join([model, fmt, *cells]) + " |")
+    return "\n".join(out) + "\n"

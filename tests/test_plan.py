@@ -96,3 +96,35 @@ def test_show_prints_the_exact_prompt_of_each_turn(tmp_path, setup, tiny_model_d
     assert both.count("===== cell") == 2
     missing = evalpipe("show", str(run_dir), "nope", env=env)
     assert missing.returncode == 2 and "nope" in missing.stderr
+    table = evalpipe("show", str(run_dir), "--table", env=env)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.count("\n") == 2 + len(samples) and "| cell | question |" in table.stdout
+    assert evalpipe("show", str(run_dir), env=env).returncode == 2  # neither a question nor --table
+
+
+def test_plan_never_fetches_or_converts_a_model(tmp_path, monkeypatch):
+    """An alias not fetched yet is planned without its prompts (nothing is downloaded);
+    a .gguf file's tokenizer and template are read from its header, not converted."""
+    import shutil
+
+    from evalpipe.backends import models
+    from evalpipe.backends.models import ALIASES, gguf_file
+
+    smollm2 = gguf_file(ALIASES["smollm2-135m"])  # the shared cache, before it moves
+    monkeypatch.setenv("EVALPIPE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(models, "fetch_gguf", lambda alias: pytest.fail("plan fetched"))
+    monkeypatch.setattr(models, "convert_gguf", lambda *a: pytest.fail("plan converted"))
+    path = tiny_arithmetic_config(tmp_path, "qwen2.5-coder-0.5b")
+    plan = make_plan(load_config(path), out_root=tmp_path / "o")
+    (model,) = plan["models"]
+    assert "not fetched yet" in model["note"] and "6 wheel(s), 491 MB" in model["note"]
+    assert all(c["first_turn_tokens"] is None for c in plan["cells"])
+
+    if not smollm2.is_file():
+        pytest.skip("the embedded model's GGUF is not in the cache")
+    gguf = tmp_path / "copy.gguf"
+    shutil.copyfile(smollm2, gguf)
+    plan = make_plan(load_config(tiny_arithmetic_config(tmp_path, gguf)),
+                     out_root=tmp_path / "o")
+    assert all(c["first_turn_tokens"] > 0 for c in plan["cells"])
+    assert not list((tmp_path / "cache" / "models").glob("*"))

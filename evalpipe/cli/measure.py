@@ -10,7 +10,8 @@ from evalpipe.cli.common import handle_errors
 
 
 @click.command("measure-formats")
-@click.option("--model", default="smollm2-135m", show_default=True, help="Model id or alias.")
+@click.option("--model", default="smollm2-135m", show_default=True,
+              help="Model id or alias; several, comma-separated, are measured one after another.")
 @click.option("--formats", default="hermes,json,xml", show_default=True,
               help="Comma-separated tool-call formats.")
 @click.option("--questions", "question_paths", multiple=True, type=click.Path(exists=True),
@@ -20,23 +21,35 @@ from evalpipe.cli.common import handle_errors
               help="Generations per question.")
 @click.option("--dump", type=click.Path(dir_okay=False),
               help="Write the raw replies per format to this JSON file (for fixtures).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object per model and format instead of the table.")
 @handle_errors
-def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump):
-    """Run questions through each format (calculator + math tools) and print, per format,
-    the share of tool-call attempts that parsed and validated, lenient and strict."""
+def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump, as_json):
+    """Run questions through each format (calculator + math tools) and print, per model
+    and format, the share of tool-call attempts that parsed and validated, lenient and
+    strict."""
     from evalpipe.backends import load_backend
-    from evalpipe.measure import DEFAULT_QUESTIONS, run_format, validity
+    from evalpipe.measure import DEFAULT_QUESTIONS, render_table, run_format, validity
     from evalpipe.questions import load_questions
 
     questions = [q for path in (question_paths or DEFAULT_QUESTIONS)
                  for q in load_questions(path)]
-    backend = load_backend({"id": model})
-    replies = {}
-    for name in formats.split(","):
-        samples = run_format(backend, name, questions, max_new_tokens=max_new_tokens,
-                             max_turns=turns)
-        click.echo(f"{name} {json.dumps(validity(samples, name).rates())}")
-        replies[name] = [t["raw"] for s in samples for t in s.turns]
+    rows, replies = [], {}
+    for model_id in model.split(","):
+        backend = load_backend({"id": model_id})
+        for name in formats.split(","):
+            samples = run_format(backend, name, questions, max_new_tokens=max_new_tokens,
+                                 max_turns=turns)
+            result = validity(samples, name)
+            rows.append((model_id, name, result))
+            if as_json:
+                click.echo(json.dumps({"model": model_id, "format": name, **result.rates()}))
+            replies.setdefault(model_id, {})[name] = [t["raw"] for s in samples
+                                                      for t in s.turns]
+        del backend  # one model in memory at a time
+    if not as_json:
+        click.echo(render_table(rows), nl=False)
     if dump:
+        single = next(iter(replies.values())) if len(replies) == 1 else replies
         with open(dump, "w", encoding="utf-8") as f:
-            json.dump(replies, f, ensure_ascii=False, indent=1)
+            json.dump(single, f, ensure_ascii=False, indent=1)

@@ -74,3 +74,56 @@ def render_sample(sample: dict[str, Any], texts: dict[str, str]) -> str:
     if sample.get("error"):
         out.append(f"error: {sample['error']}")
     return "\n".join(out) + "\n"
+
+
+def _call_text(event: dict[str, Any]) -> str:
+    args = event.get("arguments")
+    if isinstance(args, dict):
+        inner = ", ".join(json.dumps(v, ensure_ascii=False, default=str) for v in args.values())
+    else:
+        inner = json.dumps(args, ensure_ascii=False, default=str)
+    outcome = (event.get("error") or "error") if event.get("error") else \
+        json.dumps(event.get("result"), ensure_ascii=False, default=str)
+    return f"{event.get('name')}({inner}) → {outcome}"
+
+
+def calls_made(sample: dict[str, Any], limit: int = 160) -> str:
+    """The tool calls a sample ran, in order; a call repeated turn after turn is written
+    once with its count ("multiply(1234, 5678) → 7006652 ×5")."""
+    runs: list[list[Any]] = []
+    for turn in sample.get("turns") or ():
+        for event in turn.get("tool_events") or ():
+            text = _call_text(event)
+            if runs and runs[-1][0] == text:
+                runs[-1][1] += 1
+            else:
+                runs.append([text, 1])
+    out = "; ".join(text + (f" ×{n}" if n > 1 else "") for text, n in runs) or "-"
+    return out if len(out) <= limit else out[:limit - 1] + "…"
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def calls_table(samples: list[dict[str, Any]], scored: list[dict[str, Any]],
+                questions: dict[str, Any], *, cell: str | None = None) -> str:
+    """One Markdown row per sample: cell, question, the calls made, the final answer and
+    the verdict (category, with its subtype)."""
+    verdicts = {(s["cell_id"], s["question_id"], s.get("repeat", 0)): s for s in scored}
+    out = ["| cell | question | calls made | answer | verdict |", "|---|---|---|---|---|"]
+    for sample in samples:
+        if cell is not None and sample["cell_id"] != cell:
+            continue
+        key = (sample["cell_id"], sample["question_id"], sample.get("repeat", 0))
+        verdict = verdicts.get(key) or {}
+        category = verdict.get("category") or "-"
+        if verdict.get("subtype"):
+            category += f" ({verdict['subtype']})"
+        question = questions.get(sample["question_id"])
+        text = question.question if question is not None else sample["question_id"]
+        row = [sample["cell_id"], _one_line(text, 70), calls_made(sample),
+               _one_line(sample.get("final_answer") or "", 80) or "-", category]
+        out.append("| " + " | ".join(v.replace("|", "\\|") for v in row) + " |")
+    return "\n".join(out) + "\n"
