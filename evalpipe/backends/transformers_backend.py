@@ -41,12 +41,13 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 FALLBACK_TEMPLATE = "{{ bos_token if bos_token else '' }}" + PLAIN_TEMPLATE
 
 
-def load_tokenizer(path) -> tuple[Any, bool]:
+def load_tokenizer(path, **kwargs: str) -> tuple[Any, bool]:
     """The model's tokenizer, given the plain template where it has no chat template;
-    and whether it got it. No weights are read (`evalpipe plan` renders with this)."""
+    and whether it got it. No weights are read (`evalpipe plan` renders with this;
+    `gguf_file=` reads it from a GGUF file's header)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     plain = not tokenizer.chat_template
     if plain:
         tokenizer.chat_template = FALLBACK_TEMPLATE

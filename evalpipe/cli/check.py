@@ -36,11 +36,13 @@ def validate(paths, corpus):
 @click.command()
 @handle_errors
 def models():
-    """List the known model aliases and where each is cached."""
-    from evalpipe.backends.models import ALIASES, DEFAULT_MODEL, converted_dir, is_cached
+    """List the known model aliases: what each is, its licence and provenance, its
+    size, what its first use costs, and where it is cached."""
+    from evalpipe.backends.models import ALIASES, DEFAULT_MODEL, describe_alias
 
-    for name, alias in ALIASES.items():
-        state = "cached" if is_cached(name) else "not fetched yet"
+    for name in ALIASES:
         default = " (default)" if name == DEFAULT_MODEL else ""
-        click.echo(f"{name}{default}: {alias.description}; license {alias.license}")
-        click.echo(f"    from {', '.join(alias.wheels)}; {state}: {converted_dir(name)}")
+        lines = describe_alias(name)
+        click.echo(f"{name}{default}: {lines[0]}")
+        for line in lines[1:]:
+            click.echo(f"    {line}")
