@@ -14,7 +14,7 @@ from typing import Any
 
 from evalpipe.formats.base import arguments_from, error
 from evalpipe.formats.repair import Span, json_spans, loads_value
-from evalpipe.records import ParseError, ToolCall
+from evalpipe.records import ParseError, ParseResult, ToolCall
 
 NAME_KEYS = ("name", "tool", "function", "tool_name", "function_name")
 ARG_KEYS = ("arguments", "parameters", "args", "params", "input")
@@ -120,6 +120,34 @@ _MESSAGES = {
     "bad_number": "{where} holds a number out of range",
     "duplicate_key": "{where} gives a key twice",
 }
+
+
+def bare_json_calls(reply: str, result: ParseResult, lenient: bool, wrapper: str) -> str:
+    """Bare {"name": ..., "arguments": ...} objects (or lists of them) written without
+    the protocol's `wrapper`, alone, in a code fence or several in a row, as the
+    Qwen2.5-Coder models write them: calls (repaired) in lenient mode; in strict mode
+    one untagged_call error per call written, as many as the lenient parse counts.
+    Returns the reply without them."""
+    spans = [s for s in json_spans(reply) if looks_like_call(s.text(reply))]
+    for index, span in enumerate(spans):
+        where, body = f"untagged call {index}", span.text(reply)
+        if not lenient:
+            result.errors += [error("untagged_call", f"{where}: a call without {wrapper}", body)
+                              for _ in range(_calls_written(body))]
+            continue
+        calls, errors, _ = calls_from_text(body, where, lenient=True, allow_list=True)
+        result.calls += calls
+        result.errors += errors
+        result.repaired |= bool(calls)
+    return remove_spans(reply, spans)
+
+
+def _calls_written(body: str) -> int:
+    """How many calls a bare JSON region holds: the objects of a list, else one."""
+    value, kind, _ = loads_value(body, lenient=True)
+    if kind is None and isinstance(value, list):
+        return max(1, sum(isinstance(v, dict) for v in value))
+    return 1
 
 
 def remove_spans(text: str, spans: list[Span]) -> str:

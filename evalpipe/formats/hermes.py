@@ -26,8 +26,7 @@ from evalpipe.formats.base import (
     start_result,
     tool_call_blocks,
 )
-from evalpipe.formats.calls import calls_from_text, looks_like_call, remove_spans, tidy
-from evalpipe.formats.repair import json_spans, loads_value
+from evalpipe.formats.calls import bare_json_calls, calls_from_text, tidy
 from evalpipe.records import ParseResult, ToolCall
 
 OPEN, CLOSE, BLOCK = TOOL_CALL_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_BLOCK
@@ -85,39 +84,11 @@ class HermesFormat(PromptProtocolFormat):
         if blocks:
             content = BLOCK.sub("", reply)
         else:
-            content = self._untagged(reply, result, lenient)
+            content = bare_json_calls(reply, result, lenient, f"{OPEN} tags")
         result.content = tidy(STRAY_TAG.sub("", content))
         for i, call in enumerate(result.calls):
             call.id = f"call_{i}"
         return result
-
-    @staticmethod
-    def _untagged(reply: str, result: ParseResult, lenient: bool) -> str:
-        """Bare {"name": ..., "arguments": ...} objects written without tags: an
-        error in strict mode, calls (repaired) in lenient mode. Returns the
-        reply without them."""
-        spans = [s for s in json_spans(reply) if looks_like_call(s.text(reply))]
-        for index, span in enumerate(spans):
-            where = f"untagged call {index}"
-            if not lenient:  # one error per call written, as the lenient parse counts them
-                result.errors += [error("untagged_call", f"{where}: a call without {OPEN} tags",
-                                        span.text(reply))
-                                  for _ in range(_calls_written(span.text(reply)))]
-                continue
-            calls, errors, _ = calls_from_text(span.text(reply), where, lenient=True,
-                                               allow_list=True)
-            result.calls += calls
-            result.errors += errors
-            result.repaired |= bool(calls)
-        return remove_spans(reply, spans)
-
-
-def _calls_written(body: str) -> int:
-    """How many calls a bare JSON region holds: the objects of a list, else one."""
-    value, kind, _ = loads_value(body, lenient=True)
-    if kind is None and isinstance(value, list):
-        return max(1, sum(isinstance(v, dict) for v in value))
-    return 1
 
 
 class NativeFormat(HermesFormat):
