@@ -122,7 +122,8 @@ def test_spelling_a_default_out_does_not_change_the_hash(tmp_path):
     assert load_config(short).hash() == load_config(long).hash()
 
 
-@pytest.mark.parametrize("path", ["configs/default.yaml", "configs/sizes.yaml"])
+@pytest.mark.parametrize("path", ["configs/default.yaml", "configs/sizes.yaml",
+                                  "configs/seed.yaml"])
 def test_shipped_configs_stay_valid(path):
     assert load_config(path).cells()
 

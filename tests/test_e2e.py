@@ -21,8 +21,10 @@ pytestmark = pytest.mark.slow
 def e2e_config(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("e2e")
     config = yaml.safe_load((REPO / "configs" / "default.yaml").read_text())
+    # The embedded default model only: the default job's other model, the 0.5B, is a
+    # 478 MB fetch (tests/test_qwen.py runs it where the cache holds it).
     config.update(name="e2e", limit=1, generation={"max_new_tokens": 48, "batch_size": 8},
-                  max_turns=3)
+                  max_turns=3, models=[m for m in config["models"] if m["id"] == "smollm2-135m"])
     config["questions"] = [str(REPO / p) for p in config["questions"]]
     config["corpus"] = str(REPO / config["corpus"])
     path = tmp / "e2e.yaml"
