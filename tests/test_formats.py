@@ -477,7 +477,7 @@ QWEN_SHAPES = {
 }
 
 
-@pytest.mark.parametrize("fmt", ["hermes", "native", "json"])
+@pytest.mark.parametrize("fmt", ["hermes", "native", "json", "xml"])
 @pytest.mark.parametrize("shape", QWEN_SHAPES)
 def test_the_call_shapes_qwen_writes_are_read_leniently_and_are_strict_errors(fmt, shape):
     reply, want = QWEN_SHAPES[shape]

@@ -1,4 +1,5 @@
-"""Decoded JSON -> ToolCall, shared by the JSON-bodied formats (hermes, json).
+"""Decoded JSON -> ToolCall, shared by the JSON-bodied formats (hermes, json) and by
+xml for JSON calls written without its tags.
 
 Each protocol has one key for the function name and one for the arguments.
 Strict mode accepts only those; lenient mode also takes the keys other

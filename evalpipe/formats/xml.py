@@ -25,7 +25,8 @@ Lenient mode accepts, and marks repaired: a missing </parameter>, </function>
 or </tool_call>, a <function=...> block without <tool_call>, a repeated
 parameter (the last one wins), JSON slips in object/array values, a type the
 format cannot convert to (read as a JSON literal), and a hermes-style JSON
-object inside <tool_call>.
+object inside <tool_call> or with no tags at all (bare or in a code fence; strict
+mode counts each such call as an untagged_call error).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from evalpipe.formats.base import (
     start_result,
     tool_call_blocks,
 )
-from evalpipe.formats.calls import calls_from_text, tidy
+from evalpipe.formats.calls import bare_json_calls, calls_from_text, tidy
 from evalpipe.formats.repair import MAX_INT_DIGITS, loads_value
 from evalpipe.records import ParseError, ParseResult, ToolCall
 
@@ -167,9 +168,8 @@ class XmlFormat(PromptProtocolFormat):
             self._read_block(body, where, lenient, result, repaired=not closed)
         if blocks:
             content = BLOCK.sub("", reply)
-        else:  # <function=...> without the <tool_call> wrapper
-            bare = list(FUNCTION.finditer(reply))
-            for index, match in enumerate(bare):
+        elif FUNCTION.search(reply):  # <function=...> without the <tool_call> wrapper
+            for index, match in enumerate(FUNCTION.finditer(reply)):
                 where = f"untagged call {index}"
                 if not lenient:
                     result.errors.append(error("untagged_call", f"{where}: <function=...> "
@@ -177,6 +177,8 @@ class XmlFormat(PromptProtocolFormat):
                     continue
                 self._read_function(match, where, lenient, result, repaired=True)
             content = FUNCTION.sub("", reply)
+        else:  # no XML at all: a bare JSON call, as the Qwen2.5-Coder models write one
+            content = bare_json_calls(reply, result, lenient, f"{OPEN}<function=...> tags")
         result.content = tidy(STRAY_TAG.sub("", content))
         for i, call in enumerate(result.calls):
             call.id = f"call_{i}"
