@@ -77,7 +77,20 @@ def test_occupancy_finds_the_worker_and_its_busy_threads(tmp_path):
     assert occ.threads == 3
     assert [(tid, round(share, 2)) for tid, share, _ in occ.busy] == [(300, 0.95), (301, 0.9)]
     assert occ.cpus == {0, 1} and occ.computes_on(2)
-    assert "2 busy of 3 threads in pid 300 (VllmWorker), cpus 0-1" in occ.describe()
+    assert occ.describe() == "VllmWorker: 2 of 3 threads busy (0.95 on 0, 0.90 on 1)"
+
+
+def test_busy_threads_on_a_loaded_machine(tmp_path):
+    """Every thread gets less than a core when others run too: the threads sharing the
+    work still count as busy, an idle helper does not."""
+    vllm_tree(tmp_path, (0, 0), ("0", "1"))
+    before = procstat.snapshot(100, tmp_path)
+    vllm_tree(tmp_path, (300, 280), ("0", "1"))
+    (tmp_path / "100" / "task" / "100" / "stat").write_text(stat_line(100, "api", 1, 60, 0))
+    occ = procstat.occupancy(before, procstat.snapshot(100, tmp_path), 10.0, ticks_per_s=100)
+    assert occ is not None and [tid for tid, _, _ in occ.busy] == [300, 301]
+    assert occ.computes_on(2)
+    assert occ.describe().endswith("; rest 0.05 cores")
 
 
 def test_a_worker_on_one_core_is_seen(tmp_path):
