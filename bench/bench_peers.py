@@ -139,10 +139,13 @@ class Sides:
 
     @property
     def model_name(self) -> str:
-        """The name Inspect's hf provider is given: the model's own, which is how it picks
-        its tool-call parser (Qwen Coder: fenced json blocks)."""
-        return {"qwen2.5-coder-0.5b": "Qwen2.5-Coder-0.5B-Instruct"}.get(
-            self.w.model, "SmolLM2-135M-Instruct")
+        """The name Inspect's hf provider is given: the model's own (the alias's description
+        starts with it), which is how it picks its tool-call parser (Qwen Coder: fenced json
+        blocks)."""
+        from evalpipe.backends.models import ALIASES
+
+        alias = ALIASES.get(self.w.model)
+        return alias.description.split(" (")[0] if alias else self.w.model
 
 
 def clamp(spec: str, n: int) -> list[int]:
