@@ -124,7 +124,7 @@ class Sides:
             levels = vllm_levels(self.args, len(self.w.questions))
             cmd, env = peer_runs.vllm_command(python, self.model_dir, served, port,
                                               max(lv.concurrency for lv in levels),
-                                              self.s.threads, self.args.vllm_kv_gib)
+                                              self.args.vllm_kv_gib)
             return peer_runs.server_side(peer, cmd, env, port, self.w, served, levels,
                                          self.ours, rnd, self.s)
         from evalpipe.backends.models import gguf_path

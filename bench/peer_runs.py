@@ -286,7 +286,7 @@ class Level:
 
 
 def vllm_command(python: Path, model_dir: str, served: str, port: int, max_seqs: int,
-                 threads: int, kv_gib: int) -> tuple[list[str], dict[str, str]]:
+                 kv_gib: int) -> tuple[list[str], dict[str, str]]:
     """`vllm serve` at its documented best for a CPU machine, and its environment:
     no core kept back for the front end (VLLM_CPU_NUM_OF_RESERVED_CPU=0; by default it
     keeps one and then sets the worker's OMP_NUM_THREADS to the rest: 1 of 2 here),

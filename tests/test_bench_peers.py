@@ -12,9 +12,9 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
-import compare  # noqa: E402
-import procstat  # noqa: E402
-from compare import Run  # noqa: E402
+import compare
+import procstat
+from compare import Run
 
 STATUS = "Name:\tVLLM::Worker\nState:\tS (sleeping)\nThreads:\t27\nCpus_allowed_list:\t0-1\n"
 
@@ -165,7 +165,7 @@ def test_peers_started_at_their_best(tmp_path):
     import peer_runs
 
     cmd, env = peer_runs.vllm_command(tmp_path / "python", "/m", "smollm2-135m", 8000, 160,
-                                      threads=2, kv_gib=4)
+                                      kv_gib=4)
     assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"  # no core kept for the front end
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "auto" and "OMP_NUM_THREADS" not in env
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "4"
