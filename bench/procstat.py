@@ -5,11 +5,12 @@ their CPU affinity say how many it did. Two snapshots of every thread of a proce
 tree (`/proc/<pid>/task/<tid>/stat` for CPU time, `.../status` for Cpus_allowed_list),
 one before a timed run and one after it, while the processes are alive, give each
 thread's share of a core over the run. The worker is the process that used the most
-CPU; its busy threads and the CPUs they were allowed on are what the table prints.
-A thread is busy when it used at least half the CPU time of the worker's busiest
-thread (and a twentieth of a core): threads that share the model's work (an OpenMP
-team) use about the same time, idle helpers almost none, and the test still holds
-on a loaded machine, where every thread gets less than a core.
+CPU; its busy threads (those that used at least BUSY of a core: idle helpers and
+pollers use almost none) and the CPUs they were allowed on are what the table prints.
+An OpenMP team bound by its runtime shows as threads pinned to one CPU each; such a
+team's second thread may use far less than its first where the work between parallel
+regions is serial (small batches), so the cores a pinned team computed on are its
+distinct pinned CPUs, however unequal their shares.
 
 Standard library only: the harness children import it from their own venvs.
 """
@@ -21,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROC = Path("/proc")
-BUSY_OF_TOP = 0.5  # a busy thread used at least half the busiest thread's CPU time
-BUSY_FLOOR = 0.05  # and at least this share of a core
+BUSY = 0.05  # a busy thread used at least this share of a core over the run
 
 
 def parse_status(text: str) -> dict[str, str]:
@@ -135,9 +135,17 @@ class Occupancy:
         """The CPUs the worker's busy threads were allowed on."""
         return frozenset().union(*(allowed for _, _, allowed in self.busy))
 
+    @property
+    def pinned(self) -> frozenset[int]:
+        """The CPUs of busy threads pinned to one CPU each (a bound OpenMP team)."""
+        return frozenset(next(iter(a)) for _, _, a in self.busy if len(a) == 1)
+
     def computes_on(self, cores: int) -> bool:
-        """Did the worker compute with at least `cores` busy threads, allowed together
-        on at least `cores` CPUs?"""
+        """Did the worker compute on at least `cores` cores: busy threads pinned to that
+        many distinct CPUs, or, where none is pinned, that many busy threads allowed
+        together on that many CPUs?"""
+        if self.pinned:
+            return len(self.pinned) >= cores
         return len(self.busy) >= cores and len(self.cpus) >= cores
 
     def describe(self) -> str:
@@ -167,10 +175,8 @@ def occupancy(before: dict[tuple[int, int], TaskSample],
         return None
     worker = max(per_process, key=per_process.__getitem__)
     tasks = [t for key, t in after.items() if key[0] == worker]
-    top = max(used[(t.pid, t.tid)] for t in tasks)
-    floor = max(BUSY_FLOOR, BUSY_OF_TOP * top)
     busy = tuple(sorted(((t.tid, used[(t.pid, t.tid)], t.allowed) for t in tasks
-                         if used[(t.pid, t.tid)] >= floor), key=lambda b: -b[1]))
+                         if used[(t.pid, t.tid)] >= BUSY), key=lambda b: -b[1]))
     return Occupancy(worker, tasks[0].process, tasks[0].threads, busy,
                      sum(v for pid, v in per_process.items() if pid != worker))
 

@@ -80,28 +80,32 @@ def test_occupancy_finds_the_worker_and_its_busy_threads(tmp_path):
     assert occ.describe() == "VllmWorker: 2 of 3 threads busy (0.95 on 0, 0.90 on 1)"
 
 
-def test_busy_threads_on_a_loaded_machine(tmp_path):
-    """Every thread gets less than a core when others run too: the threads sharing the
-    work still count as busy, an idle helper does not."""
+def test_a_bound_team_with_unequal_shares_still_counts_both_cores(tmp_path):
+    """Small batches leave the second OpenMP thread little to do: pinned to its own
+    CPU it still counts; a helper thread allowed on every CPU does not make a second
+    core where the team is pinned to one."""
     vllm_tree(tmp_path, (0, 0), ("0", "1"))
     before = procstat.snapshot(100, tmp_path)
-    vllm_tree(tmp_path, (300, 280), ("0", "1"))
+    vllm_tree(tmp_path, (830, 120), ("0", "1"))
     (tmp_path / "100" / "task" / "100" / "stat").write_text(stat_line(100, "api", 1, 60, 0))
     occ = procstat.occupancy(before, procstat.snapshot(100, tmp_path), 10.0, ticks_per_s=100)
-    assert occ is not None and [tid for tid, _, _ in occ.busy] == [300, 301]
-    assert occ.computes_on(2)
-    assert occ.describe().endswith("; rest 0.05 cores")
-
-
-def test_a_worker_on_one_core_is_seen(tmp_path):
-    """The case the default settings gave: one OpenMP thread, pinned to the one core
-    the front end did not keep."""
+    assert occ is not None and occ.pinned == {0, 1} and occ.computes_on(2)
+    assert occ.describe() == ("VllmWorker: 2 of 3 threads busy (0.83 on 0, 0.12 on 1); "
+                              "rest 0.05 cores")
     vllm_tree(tmp_path, (0, 0), ("1", "0-1"))
     before = procstat.snapshot(100, tmp_path)
-    vllm_tree(tmp_path, (980, 3), ("1", "0-1"))
+    vllm_tree(tmp_path, (830, 400), ("1", "0-1"))  # a poller beside a one-thread team
     occ = procstat.occupancy(before, procstat.snapshot(100, tmp_path), 10.0, ticks_per_s=100)
-    assert occ is not None and len(occ.busy) == 1 and occ.cpus == {1}
-    assert not occ.computes_on(2) and occ.computes_on(1)
+    assert occ is not None and len(occ.busy) == 2 and not occ.computes_on(2)
+
+
+def test_unpinned_threads_count_one_core_each(tmp_path):
+    vllm_tree(tmp_path, (0, 0), ("0-1", "0-1"))
+    before = procstat.snapshot(100, tmp_path)
+    vllm_tree(tmp_path, (500, 450), ("0-1", "0-1"))
+    occ = procstat.occupancy(before, procstat.snapshot(100, tmp_path), 10.0, ticks_per_s=100)
+    assert occ is not None and occ.pinned == frozenset() and occ.computes_on(2)
+    assert not occ.computes_on(3)
 
 
 def test_nothing_ran(tmp_path):
