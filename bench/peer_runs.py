@@ -334,8 +334,8 @@ def server_side(peer: str, cmd: list[str], env: dict[str, str], port: int, w: Wo
                             "stream": "on" if level.stream else "off", "timeout_s": 600,
                             "extra_body": extra_body or {}})
 
-    def refused(why: str) -> list[Run]:
-        return [Run(level.row(peer), rnd, error=why) for level in levels]
+    def refused(why: str, threads: str = "") -> list[Run]:
+        return [Run(level.row(peer), rnd, error=why, threads=threads) for level in levels]
 
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "server.log"
@@ -352,8 +352,9 @@ def server_side(peer: str, cmd: list[str], env: dict[str, str], port: int, w: Wo
             occ = m["occupancy"]
             s.log(f"[{peer}] warm-up: {threads_line(occ)}")
             if peer == "vllm" and (occ is None or not occ.computes_on(s.threads)):
-                return refused(f"refused: its worker did not compute on {s.threads} cores "
-                               f"({threads_line(occ)})")
+                return refused(f"refused: its worker did not compute on {s.threads} cores, as "
+                               "evalpipe does (threads read during its warm-up)",
+                               threads_line(occ))
             runs = []
             for level in levels:
                 note = []
