@@ -101,12 +101,21 @@ def _decimals(value: float) -> int:
     return -exponent if isinstance(exponent, int) and exponent < 0 else 0
 
 
+def _gold_number(text: str) -> int | float:
+    """A number gold given as a string: an integer keeps every digit ("12345678901234567"
+    is not rounded through a float); anything else is read by float()."""
+    stripped = text.strip()
+    if re.fullmatch(r"[-+]?\d+", stripped):
+        return int(stripped)
+    return float(stripped)
+
+
 def make_gold(answer: Any, answer_type: str, aliases: list[str], lang: str,
               question: str = "") -> Gold:
     number = None
     decimals = 0
     if answer_type == "number":
-        number = answer if isinstance(answer, (int, float)) else float(answer)
+        number = answer if isinstance(answer, (int, float)) else _gold_number(str(answer))
         if isinstance(number, float) and number.is_integer() and abs(number) < 2**63:
             number = int(number)
         decimals = 0 if isinstance(number, int) else _decimals(number)

@@ -66,11 +66,11 @@ def _to_value(integer: str, fraction: str, sign: str) -> tuple[int | float, int]
 def _scaled(value: int | float, exponent: str) -> tuple[int | float, None, int]:
     """value x 10^exponent, read exactly: an int when integral and of bounded size,
     else the nearest float (inf or 0.0 beyond float range; never raises)."""
-    if not math.isfinite(value) or value == 0:
+    if value == 0 or (isinstance(value, float) and not math.isfinite(value)):
         return value, None, 0
     if len(exponent.lstrip("+-")) > 6:  # beyond any float: infinite or zero
         return (0.0 if exponent.startswith("-") else math.copysign(math.inf, value)), None, 0
-    scaled = Decimal(f"{value!r}E{exponent}")
+    scaled = Decimal(f"{value!r}E{exponent}")  # exact for ints of any length, too
     if scaled.adjusted() >= MAX_DIGITS:
         return float(scaled), None, 0
     if scaled == scaled.to_integral_value():
