@@ -101,7 +101,8 @@ def _check_plan(q: Question, file: str, line: int) -> list[str]:
     from evalpipe.tools.schema_only import schema_tool
 
     errors = []
-    tools = known_tools() | {schema_tool(t).name for t in q.tools}  # and its own schema-only
+    own = {schema_tool(t).name for t in q.tools}  # the question's own schema-only tools
+    tools = known_tools() | own
     for i, step in enumerate(q.gold_calls or []):
         if step["name"] not in tools:
             suggestion = difflib.get_close_matches(step["name"], sorted(tools), n=1)
@@ -111,8 +112,10 @@ def _check_plan(q: Question, file: str, line: int) -> list[str]:
                                  "one of " + ", ".join(sorted(tools))))
     if errors or not q.gold_calls:
         return errors
-    if any(step["name"] not in BUILTIN_TOOLS for step in q.gold_calls):
-        return []  # search_site needs a retriever; its plan cannot be replayed here
+    if any(step["name"] not in BUILTIN_TOOLS or step["name"] in own for step in q.gold_calls):
+        # search_site needs a retriever, and a schema-only tool (BFCL's "multiply" too) has
+        # no implementation: such a plan cannot be replayed here
+        return []
     try:
         results = execute_gold_plan(q.gold_calls, build_toolset("math"))
     except ValueError as exc:
