@@ -44,7 +44,6 @@ from evalpipe.scoring.extract import (
     abstain_phrase,
     abstain_phrase_loose,
     extract_numbers,
-    has_number_words,
 )
 from evalpipe.scoring.normalize import contains_phrase, strip_diacritics, text_key
 
@@ -182,13 +181,13 @@ def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> A
             rule = "conflict"
     else:
         chosen, rule = (pool[-1], "last") if pool else (None, "none")
-    words = has_number_words(text, text_key(text) if on_line else reply_key, chosen)
+    words = chosen is not None and (chosen.spelled or chosen.scale > 1)
     exact = (chosen is not None and rule != "conflict"
              and numbers_match(chosen.value, chosen.decimals, gold))
     if on_line:
         rule = "final_line+" + rule
     last: Number | None = numbers[-1] if numbers else None
-    strict = (exact and len(numbers) == 1 and last is not None
+    strict = (exact and len(numbers) == 1 and last is not None and not words
               and not _LETTER_OR_DIGIT.search(reply, 0, last.start)
               and not _LETTER_OR_DIGIT.search(reply, last.end))
     lenient = exact or any(
