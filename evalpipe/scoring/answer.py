@@ -93,6 +93,7 @@ class AnswerMatch:
     number_words: bool
     reply_key: str
     rule: str | None = None  # which extraction rule read the answer (docs/scoring.md)
+    decided: bool = True  # False: the rules abstain; `exact` is their best reading
 
 
 def _decimals(value: float) -> int:
@@ -177,13 +178,20 @@ def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> A
         chosen, rule = candidates.answer_number(text, pool, gold.question_numbers,
                                                 gold.question_words)
         # two counts of the same thing and nothing marks one as the answer: ambiguous
-        if rule == "last" and candidates.conflicting(text, pool, chosen):
+        if rule.endswith("last") and candidates.conflicting(text, pool, chosen):
             rule = "conflict"
+        elif (chosen is not None and not rule.endswith("equals")
+              and candidates.range_or_alternative(text, pool, chosen)):
+            rule = "range"  # "20-40", "42 hoặc 43": no single answer
     else:
         chosen, rule = (pool[-1], "last") if pool else (None, "none")
     words = chosen is not None and (chosen.spelled or chosen.scale > 1)
-    exact = (chosen is not None and rule != "conflict"
+    exact = (chosen is not None and rule not in ("conflict", "range")
              and numbers_match(chosen.value, chosen.decimals, gold))
+    # The rules abstain when only the last-number fallback chose and another candidate
+    # would change the verdict: a grader (or the judge) has to read it.
+    decided = not (variant.rules and rule.endswith("last") and any(
+        numbers_match(n.value, n.decimals, gold) != exact for n in pool if n is not chosen))
     if on_line:
         rule = "final_line+" + rule
     last: Number | None = numbers[-1] if numbers else None
@@ -200,7 +208,8 @@ def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> A
         # beyond float range: report it as written (clipped), since JSON has no inf
         written = text[chosen.start:chosen.end]
         extracted = written if len(written) <= 40 else written[:40] + "..."
-    return AnswerMatch(exact, strict, lenient, extracted, abstained, words, reply_key, rule)
+    return AnswerMatch(exact, strict, lenient, extracted, abstained, words, reply_key, rule,
+                       decided)
 
 
 def _text_stated(text: str, key: str, phrase: str, gold: Gold) -> bool:

@@ -19,6 +19,7 @@ reply gives as its answer (docs/scoring.md, "Which number is the answer"):
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from evalpipe.scoring.extract import Number
 from evalpipe.scoring.normalize import contains_phrase, text_key
@@ -45,6 +46,43 @@ _LEAD = re.compile(
     r"có|có tất cả|tổng cộng|exactly|đúng|the answer is|answer|đáp án|kết quả)\s*[:]?\s*)?"
     r"[*_$\"'(\[]*$", re.IGNORECASE)
 _OPERATOR_AFTER = re.compile(r"\s*[-+*/×x÷^]\s*\d")
+_OPERATOR_BEFORE = re.compile(r"[-+*/×x÷^]\s*$")
+# A self-correction: what follows replaces what came before.
+_CORRECTION = re.compile(
+    r"(?:\b(?:no|nope|oh)\s*[,.!]?\s*wait\b|\bwait\s*[,.!]?\s*(?:no|actually)\b"
+    r"|\bwait\s*[,:!—–-]|\b(?:sorry|oops)\s*[,!]\s*(?:i\s+mean|i\s+meant|it'?s|that'?s|make that)?"
+    r"|\bi\s+mean(?:t)?\b|\bcorrection\s*:|\blet me correct(?: that| myself)?\b"
+    r"|\bscratch that\b|\bon second thought\b|\bmake that\b|\bactually\s*,"
+    r"|à\s+không\b|à\s+nhầm\b|\bnhầm(?:\s+rồi)?\s*[,.!:]|\bý\s+(?:tôi|mình|em)\s+là\b"
+    r"|\bđính chính\s*:?|\bsửa lại\s*:?|\bđúng ra\s+là\b|\bxin lỗi\s*,\s*(?:là|đúng ra là)?)"
+    r"[\s:,]*", re.IGNORECASE)
+_RANGE_GAP = re.compile(
+    r"\s*(?:-|–|—|~|to|through|đến|tới|or|hoặc|hay|hay là|and|và|\.\.\.?)\s*"
+    r"(?:[^\W\d_]{1,6}\s*)?", re.IGNORECASE)
+_BETWEEN_AND = re.compile(r"\b(?:and|và)\b", re.IGNORECASE)
+_BETWEEN = re.compile(r"\b(?:between|giữa|từ|from)\s*$", re.IGNORECASE)
+_TO = re.compile(r"\b(?:to|đến|tới)\b", re.IGNORECASE)
+_DATE_LIKE = re.compile(r"\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}")
+_CHANGE = re.compile(
+    r"\b(?:rose|risen|fell|fallen|fall|grew|grown|dropped|increased|decreased|went|gone|"
+    r"changed|upgraded|downgraded|moved|cut|raised|reduced|lowered|jumped|climbed|shrank|"
+    r"tăng|giảm|nâng|hạ|chuyển|đổi|sụt|lên|xuống)\b", re.IGNORECASE)
+# A number marked as an earlier value of the thing asked.
+_PREVIOUS = re.compile(
+    r"(?:\b(?:previously|formerly|before that|before|used to be|originally|earlier|old|was once)"
+    r"|trước đó|trước đây|trước kia|ban đầu|lúc trước|cũ)\b[^.;\n]*$", re.IGNORECASE)
+_FROM_BEFORE = re.compile(r"\b(?:from|từ)\s*$", re.IGNORECASE)
+_TO_AFTER = re.compile(r"[^\d.;\n]{0,12}?\b(?:to|lên|xuống|thành|sang|đến)\s*\d",
+                       re.IGNORECASE)
+# Words that say nothing about which value is meant (for the clause overlap of cue_label).
+_FUNCTION_WORDS = frozenset(text_key(w) for w in (
+    "the a an of to in on at for and or is are was were be been it its this that what which "
+    "how many much does did do after before with by from as now still than then there "
+    "là của và có không được các những trong cho này với một bao nhiêu nào gì mấy khi sau "
+    "trước đã sẽ thì từ theo về đến bị hiện nay còn lên xuống").split())
+_PAST_WORDS = frozenset(text_key(w) for w in (
+    "before", "previously", "originally", "earlier", "old", "former", "trước", "cũ",
+    "ban đầu", "lúc đầu"))
 _WORD_AFTER = re.compile(r"[ \u00a0]*([^\W\d_]+)")
 
 # Words that negate the phrase they come before (text_key form).
@@ -88,26 +126,131 @@ def answer_number(reply: str, numbers: list[Number], echoes: frozenset = frozens
     `echoes` are the numbers the question states (a reply that restates them,
     "868 nhân 60 được 52080", is not answering with them); `asked` are the
     question's words: a number followed by one of them ("27 requests" for "how
-    many requests ...") counts what was asked."""
+    many requests ...") counts what was asked, and among several numbers after a cue
+    the one whose clause shares most of them ("p99 to 95 ms" for a p99 question)."""
     if not numbers:
         return None, "none"
-    skip = restatements(reply, numbers)
+    corrected = correction_point(reply)
+    if corrected and any(n.start >= corrected for n in numbers):
+        chosen, rule = answer_number(reply[corrected:], [_shifted(n, -corrected) for n in numbers
+                                                          if n.start >= corrected],
+                                     echoes, asked)
+        return (None if chosen is None else _shifted(chosen, corrected)), "corrected+" + rule
+    skip = restatements(reply, numbers) | aside_numbers(reply, numbers, asked)
     kept = [n for i, n in enumerate(numbers) if i not in skip]
     fresh = [n for n in kept if n.value not in echoes]
     kept = fresh or kept
     for n in reversed(kept):
         if _EQUALS.search(reply, max(0, n.start - 4), n.start):
-            return n, "equals"
+            left = _left_of_equals(reply, kept, n)
+            return (left, "equals_left") if left is not None else (n, "equals")
     first = kept[0]
     if (_LEAD.match(reply[:first.start]) and not _OPERATOR_AFTER.match(reply, first.end)):
         return first, "leading"
     counted = {n.value: n for n in kept if unit_after(reply, n) in asked}
     if len(counted) == 1:
         return next(iter(counted.values())), "asked_unit"
-    for n in reversed(kept):
-        if _CUE.search(reply[max(0, n.start - 24):n.start]):
-            return n, "cue"
+    cued = [n for n in kept if _CUE.search(reply[max(0, n.start - 24):n.start])]
+    if cued:
+        if len({n.value for n in cued}) > 1:
+            content = asked - _FUNCTION_WORDS
+            overlap = [len(content & set(clause_of(reply, n).split())) for n in cued]
+            best = max(overlap)
+            if overlap.count(best) == 1:
+                return cued[overlap.index(best)], "cue_label"
+        return cued[-1], "cue"
     return kept[-1], "last"
+
+
+def _shifted(n: Number, by: int) -> Number:
+    return replace(n, start=n.start + by, end=n.end + by)
+
+
+def _left_of_equals(reply: str, numbers: list[Number], right: Number) -> Number | None:
+    """In "294 = 42 × 7" the answer is the lone number on the left, not the expression on
+    the right: the number just before the "=", when the right side goes on with an
+    operator and the left side is no expression."""
+    if not _OPERATOR_AFTER.match(reply, right.end):
+        return None
+    before = [n for n in numbers if n.end <= right.start]
+    if not before:
+        return None
+    left = before[-1]
+    if not _EQUALS.search(reply, left.end, right.start) or _OPERATOR_BEFORE.search(
+            reply[max(0, left.start - 4):left.start]):
+        return None
+    return left
+
+
+def clause_of(reply: str, n: Number) -> str:
+    """The clause around a number, text_key form (punctuation and line breaks end it)."""
+    start = max((m.end() for m in _CLAUSE.finditer(reply, 0, n.start)), default=0)
+    m = _CLAUSE.search(reply, n.end)
+    return text_key(reply[start:m.start() if m else len(reply)])
+
+
+def range_or_alternative(reply: str, numbers: list[Number], n: Number) -> bool:
+    """The number is one end of a range or one of alternatives ("20-40", "from 20 to 40",
+    "between 20 and 40", "42 hoặc 43", "42 or 43"): the reply gives no single answer. A
+    change ("fell from 120 to 38 ms", "tăng từ 64 lên 128") is no range."""
+    for other in numbers:
+        if other is n or other.value == n.value:
+            continue
+        first, second = (n, other) if n.start < other.start else (other, n)
+        gap = reply[first.end:second.start]
+        if not _RANGE_GAP.fullmatch(gap):
+            continue
+        if gap.strip() in ("-", "–", "—", "~") and _DATE_LIKE.search(
+                reply, max(0, first.start - 6), second.end + 6):
+            continue
+        lead = reply[max(0, first.start - 40):first.start]
+        if _BETWEEN_AND.search(gap) and not _BETWEEN.search(lead):
+            continue  # "and" joins a range only after "between" / "từ"
+        if _TO.search(gap) and _CHANGE.search(clause_text(reply, first)):
+            continue
+        return True
+    return False
+
+
+def clause_text(reply: str, n: Number) -> str:
+    start = max((m.end() for m in _CLAUSE.finditer(reply, 0, n.start)), default=0)
+    return reply[start:n.start]
+
+
+def aside_numbers(reply: str, numbers: list[Number], asked: frozenset) -> set[int]:
+    """Indices of numbers said in passing: inside parentheses ("128 GB (trước đó là 64
+    GB)"), or marked as an earlier value ("previously 64 GB", "trước đây là 64", "from
+    64 to 128 GB") when the question does not ask about the past."""
+    out = set()
+    past_asked = bool(asked & _PAST_WORDS)
+    for i, n in enumerate(numbers):
+        if _inside_parentheses(reply, n.start):
+            out.add(i)
+        elif not past_asked and _PREVIOUS.search(clause_text(reply, n)[-40:]):
+            out.add(i)
+        elif not past_asked and _FROM_BEFORE.search(reply[max(0, n.start - 8):n.start]) and \
+                _TO_AFTER.match(reply, n.end):
+            out.add(i)
+    return out if len(out) < len(numbers) else set()
+
+
+def _inside_parentheses(reply: str, at: int) -> bool:
+    depth = 0
+    for ch in reply[:at]:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]" and depth:
+            depth -= 1
+    return depth > 0
+
+
+def correction_point(reply: str) -> int:
+    """Where the reply's last self-correction ends ("42... no, wait: 43", "à không, là 43",
+    "sorry, I mean 43"), or 0 when it corrects nothing."""
+    last = 0
+    for m in _CORRECTION.finditer(reply):
+        last = m.end()
+    return last
 
 
 def unit_after(reply: str, n: Number) -> str | None:
