@@ -38,7 +38,7 @@ from decimal import Decimal
 from typing import Any
 
 from evalpipe.answer_line import final_answer_line
-from evalpipe.scoring import candidates
+from evalpipe.scoring import candidates, quantities
 from evalpipe.scoring.extract import (
     Number,
     abstain_phrase,
@@ -46,6 +46,7 @@ from evalpipe.scoring.extract import (
     extract_numbers,
 )
 from evalpipe.scoring.normalize import contains_phrase, strip_diacritics, text_key
+from evalpipe.scoring.quantities import Amount, Date
 
 REL_TOL = 1e-6
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")
@@ -81,6 +82,41 @@ class Gold:
     loose: tuple[str, ...]  # the same without diacritics
     question_numbers: frozenset = frozenset()  # numbers the question states (echoes)
     question_words: frozenset = frozenset()  # its words, text_key form ("how many requests")
+    texts: tuple[str, ...] = ()  # the answer and aliases as written (names, identifiers)
+    value: GoldValue | None = None  # a date, duration or amount: compared by value
+
+
+@dataclass(frozen=True, slots=True)
+class GoldValue:
+    """A text gold that is a value (quantities.py): its dates, durations or amounts (the
+    answer's and its aliases'), and the years the question names."""
+
+    dates: tuple[Date, ...] = ()
+    durations: tuple[float, ...] = ()
+    clock: bool = False  # a duration gold written "2:40": read "H:MM" in replies as one
+    amounts: tuple[Amount, ...] = ()
+    question_years: frozenset[int] = frozenset()
+
+
+def gold_value(texts: list[str], lang: str, question: str) -> GoldValue | None:
+    dates, durations, amounts, clock = [], [], [], False
+    for text in texts:
+        found = quantities.find_dates(text, lang)
+        if len(found) == 1 and quantities.whole(text, found[0].start, found[0].end):
+            dates.append(found[0])
+            continue
+        spans = quantities.find_durations(text, clock=True)
+        if len(spans) == 1 and quantities.whole(text, spans[0].start, spans[0].end):
+            durations.append(spans[0].seconds)
+            clock |= ":" in text
+            continue
+        amount = quantities.gold_amount(text, lang)
+        if amount is not None:
+            amounts.append(amount)
+    if not (dates or durations or amounts):
+        return None
+    years = frozenset(int(y) for y in re.findall(r"(?<!\d)\d{4}(?!\d)", question))
+    return GoldValue(tuple(dates), tuple(durations), clock, tuple(amounts), years)
 
 
 @dataclass(slots=True)
@@ -123,8 +159,9 @@ def make_gold(answer: Any, answer_type: str, aliases: list[str], lang: str,
     keys = tuple(k for k in dict.fromkeys(text_key(t) for t in texts) if k)
     loose = tuple(dict.fromkeys(strip_diacritics(k) for k in keys))
     numbers = frozenset(n.value for n in extract_numbers(question, lang))
+    value = gold_value(texts, lang, question) if answer_type == "text" else None
     return Gold(answer_type, lang, number, decimals, keys, loose, numbers,
-                frozenset(text_key(question).split()))
+                frozenset(text_key(question).split()), tuple(texts), value)
 
 
 def numbers_match(got: int | float, decimals: int, gold: Gold) -> bool:
@@ -223,13 +260,84 @@ def _text_stated(text: str, key: str, phrase: str, gold: Gold) -> bool:
     return True
 
 
+def _value_match(text: str, gold: Gold) -> tuple[bool, bool, Any] | None:
+    """(matches, decided, the value read) for a gold that is a date, duration or amount,
+    from the values the reply states outside parentheses; None when it states none."""
+    value = gold.value
+    assert value is not None
+    outside = [(s, e) for s, e in _spans_outside_parentheses(text)]
+
+    def kept(items):
+        return [i for i in items if any(s <= i.start and i.end <= e for s, e in outside)
+                and not candidates.negated_before(text, i.start)]
+
+    if value.dates:
+        found = kept(quantities.find_dates(text, gold.lang))
+        if found:
+            verdicts = [quantities.date_matches(d, g, value.question_years)
+                        for d in found for g in value.dates]
+            if True in verdicts:
+                return True, True, _date_text(found[verdicts.index(True) // len(value.dates)])
+            return False, None not in verdicts, _date_text(found[-1])
+    if value.durations:
+        spans = kept(quantities.find_durations(text, clock=value.clock))
+        if spans:
+            hit = next((d for d in spans if any(abs(d.seconds - g) < 0.5
+                                                for g in value.durations)), None)
+            return hit is not None, True, (hit or spans[-1]).seconds
+    if value.amounts:
+        amounts = kept(quantities.find_amounts(text, gold.lang))
+        units = {a.unit for a in value.amounts}
+        fitting = [a for a in amounts if a.unit is None or a.unit in units]
+        if fitting:
+            hit = next((a for a in fitting if any(a.value == g.value for g in value.amounts)),
+                       None)
+            return hit is not None, True, (hit or fitting[-1]).value
+    return None
+
+
+def _date_text(d: Date) -> str:
+    return f"{d.year or '????'}-{d.month:02d}-{d.day:02d}"
+
+
+def _spans_outside_parentheses(text: str) -> list[tuple[int, int]]:
+    spans, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([":
+            if depth == 0:
+                spans.append((start, i))
+            depth += 1
+        elif ch in ")]" and depth:
+            depth -= 1
+            if depth == 0:
+                start = i + 1
+    if depth == 0:
+        spans.append((start, len(text)))
+    return spans
+
+
 def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> AnswerMatch:
     text, on_line = _answer_text(reply, variant)
     key = text_key(text) if on_line else reply_key
+    decided = True
     if variant.rules:
+        rule = ""
+        corrected = candidates.correction_point(text)
+        if corrected and _LETTER_OR_DIGIT.search(text, corrected):
+            text, rule = text[corrected:], "corrected+"  # the correction replaces the rest
+        for raw in gold.texts:
+            text = candidates.mask_other_names(text, raw, gold.keys)
+        key = text_key(text)
+        by_value = _value_match(text, gold) if gold.value is not None else None
         found = next((k for k in gold.keys if _text_stated(text, key, k, gold)), None)
-        rule = "phrase" if found is not None else (
-            "negated_or_conflict" if any(contains_phrase(key, k) for k in gold.keys) else "none")
+        if by_value is not None and found is None:
+            matched, decided, read = by_value
+            found = read if matched else None
+            rule += "value" if decided else "value_ambiguous"
+        else:
+            rule += "phrase" if found is not None else (
+                "negated_or_conflict" if any(contains_phrase(key, k) for k in gold.keys)
+                else "none")
     else:
         found = next((k for k in gold.keys if contains_phrase(key, k)), None)
         rule = "phrase" if found is not None else "none"
@@ -242,7 +350,7 @@ def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> Ans
         loose = strip_diacritics(reply_key)
         lenient = any(contains_phrase(loose, k) for k in gold.loose)
     abstained = _abstained(reply_key, variant) is not None
-    return AnswerMatch(exact, strict, lenient, found, abstained, False, reply_key, rule)
+    return AnswerMatch(exact, strict, lenient, found, abstained, False, reply_key, rule, decided)
 
 
 def _abstain_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> AnswerMatch:

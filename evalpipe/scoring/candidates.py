@@ -94,6 +94,24 @@ NEGATION_WINDOW = 3  # words before the phrase
 # After the phrase: "Caddy is no longer used", "Caddy không còn được dùng".
 NEGATIONS_AFTER = frozenset({"not", "no", "never", "isn", "wasn", "aren", "weren", "không",
                              "chưa", "chẳng"})
+# Words that offer a phrase as one of alternatives.
+ALTERNATIVES = frozenset({"or", "hoặc", "hay"})
+_QUESTION_CLAUSE = re.compile(r"(?:^|(?<=[.!?\n]))\s*([^.!?\n]+)\?")
+_REJECTION = re.compile(r"\s*(?:no|nope|not|nah|không|chưa|sai|wrong|incorrect)\b",
+                        re.IGNORECASE)
+_JOINED_AFTER = re.compile(r"[-_.][^\W_]")
+_JOINED_BEFORE = re.compile(r"[^\W_][-_]$")
+_WORD_BEFORE = re.compile(r"(?<![^\W_])([^\W\d_][^\W_]*)[ \u00a0]+$")
+_WORD_AFTER = re.compile(r"[ \u00a0]+([^\W\d_][^\W_]*)")
+# Parts of a person's name or titles: a gold name extended by these is the same person.
+NAME_PARTS = frozenset(text_key(w) for w in (
+    "nguyễn trần lê phạm hoàng huỳnh phan vũ võ đặng bùi đỗ hồ ngô dương lý đinh trịnh "
+    "đoàn lâm mai cao lương tạ hà chu văn thị anh minh đức hữu thanh ngọc thu thúy thuý "
+    "quốc gia hồng kim bảo xuân thành công quang phương tuấn hải khánh tường diệu linh "
+    "ánh bích cẩm châu hoài hương lan loan mỹ nhật phúc tâm thảo trung tú vân việt "
+    "nguyen tran le pham hoang huynh vu vo dang bui do ho ngo duong ly dinh van thi duc "
+    "huu ngoc thuy quoc hong bao xuan thanh cong tuan hai khanh "
+    "anh chị em ông bà cô chú bác bạn thầy sếp mr mrs ms miss dr sir").split())
 _CLAUSE = re.compile(r"[,.;:!?\n()\[\]]+(?:\s|$)|\n|\s[-–—]\s")
 
 # After a don't-know phrase, these mean the model guesses anyway.
@@ -275,7 +293,8 @@ def clauses(reply: str) -> list[str]:
 
 
 def negated_in(clause_key: str, phrase_key: str) -> bool:
-    """Every occurrence of the phrase in the clause has a negation just before it."""
+    """Every occurrence of the phrase in the clause is negated (a negation just before
+    or after it) or is one of alternatives ("Caddy or nginx", "Caddy hoặc nginx")."""
     words = clause_key.split()
     target = phrase_key.split()
     n = len(target)
@@ -285,19 +304,88 @@ def negated_in(clause_key: str, phrase_key: str) -> bool:
             found = True
             before = words[max(0, i - NEGATION_WINDOW):i]
             after = words[i + n:i + n + NEGATION_WINDOW]
-            if not (NEGATIONS.intersection(before) or NEGATIONS_AFTER.intersection(after)):
+            alternative = (words[i - 1:i] and words[i - 1] in ALTERNATIVES and i >= 2) or (
+                words[i + n:i + n + 1] and words[i + n] in ALTERNATIVES
+                and len(words) > i + n + 1)
+            if not (NEGATIONS.intersection(before) or NEGATIONS_AFTER.intersection(after)
+                    or alternative):
                 return False
     return found
 
 
 def stated(reply: str, reply_key: str, phrase_key: str) -> bool:
-    """The phrase occurs, and not only negated ("It is not Caddy")."""
+    """The phrase occurs, and not only negated ("It is not Caddy"), offered as one of
+    alternatives, or named in a question the reply then rejects ("Caddy? No, ...")."""
     if not contains_phrase(reply_key, phrase_key):
         return False
-    in_clauses = [c for c in clauses(reply) if contains_phrase(c, phrase_key)]
+    in_clauses = [c for c in clauses(mask_rejected(reply, phrase_key))
+                  if contains_phrase(c, phrase_key)]
     if not in_clauses:  # the phrase spans punctuation ("2.8.4"): nothing to negate
-        return True
+        return not any(contains_phrase(c, phrase_key) for c in clauses(reply)) and \
+            contains_phrase(text_key(mask_rejected(reply, phrase_key)), phrase_key)
     return not all(negated_in(c, phrase_key) for c in in_clauses)
+
+
+def negated_before(reply: str, start: int) -> bool:
+    """A negation among the few words before a position, in its clause ("Không phải 45
+    triệu" does not state 45 triệu)."""
+    clause_start = max((m.end() for m in _CLAUSE.finditer(reply, 0, start)), default=0)
+    before = text_key(reply[clause_start:start]).split()[-NEGATION_WINDOW:]
+    return bool(NEGATIONS.intersection(before))
+
+
+def mask_rejected(reply: str, phrase_key: str) -> str:
+    """The reply with the phrase blanked out where it is asked about and then rejected:
+    in "Caddy? No, it's still nginx." the reply does not state Caddy."""
+    out = reply
+    for m in _QUESTION_CLAUSE.finditer(reply):
+        if contains_phrase(text_key(m.group(1)), phrase_key) and _REJECTION.match(reply, m.end()):
+            out = out[:m.start(1)] + " " * (m.end(1) - m.start(1)) + out[m.end(1):]
+    return out
+
+
+def raw_occurrences(reply: str, phrase: str) -> list[tuple[int, int]]:
+    """Where a phrase is written in the reply (case, spacing and punctuation between its
+    words folded; word boundaries on both sides)."""
+    words = [re.escape(w) for w in re.findall(r"[^\W_]+", phrase)]
+    if not words:
+        return []
+    pattern = re.compile(r"(?<![^\W_])" + r"[\W_]+".join(words) + r"(?![^\W_])", re.IGNORECASE)
+    return [m.span() for m in pattern.finditer(reply)]
+
+
+def inside_other_name(reply: str, span: tuple[int, int], phrase: str,
+                      keys: tuple[str, ...]) -> bool:
+    """The occurrence is part of a longer name: an identifier going on with "-x" / "x-"
+    ("ong-tho-3" for "ong-tho"), or, for a gold that is the short form of a longer name
+    among its aliases (Trang, alias Lê Thu Trang), a capitalised word joined to it ("Nha
+    Trang"). Name parts (family and middle names, titles) and a longer name that is
+    itself an accepted answer do not count; "Grafana Loki" still states Loki."""
+    start, end = span
+    if _JOINED_AFTER.match(reply, end) or _JOINED_BEFORE.search(reply, 0, start):
+        return True
+    if not (phrase[:1].isupper() and any(
+            len(k.split()) > len(text_key(phrase).split()) and contains_phrase(
+                k, text_key(phrase)) for k in keys)):
+        return False  # only a gold that its aliases show to be part of a longer name
+    run_start, run_end = start, end
+    while (m := _WORD_BEFORE.search(reply, 0, run_start)) is not None and m.group(1)[0].isupper():
+        run_start = m.start(1)
+    while (m := _WORD_AFTER.match(reply, run_end)) is not None and m.group(1)[0].isupper():
+        run_end = m.end(1)
+    if (run_start, run_end) == (start, end) or text_key(reply[run_start:run_end]) in keys:
+        return False
+    extra = text_key(reply[run_start:start] + " " + reply[end:run_end]).split()
+    return not all(w in NAME_PARTS for w in extra)
+
+
+def mask_other_names(reply: str, phrase: str, keys: tuple[str, ...]) -> str:
+    """The reply with the occurrences of a gold that are inside another name blanked."""
+    out = reply
+    for start, end in raw_occurrences(reply, phrase):
+        if inside_other_name(reply, (start, end), phrase, keys):
+            out = out[:start] + " " * (end - start) + out[end:]
+    return out
 
 
 def guesses_after(reply_key: str, phrase_key: str) -> bool:
