@@ -39,6 +39,7 @@ from typing import Any
 
 from evalpipe.answer_line import final_answer_line
 from evalpipe.scoring import candidates, quantities
+from evalpipe.scoring.abstention import abstention
 from evalpipe.scoring.extract import (
     Number,
     abstain_phrase,
@@ -198,13 +199,14 @@ def _answer_text(reply: str, variant: Variant) -> tuple[str, bool]:
     return reply, False
 
 
-def _abstained(reply_key: str, variant: Variant) -> str | None:
-    """The don't-know phrase of the reply, unless a guess follows it."""
-    phrase = abstain_phrase(reply_key)
-    if phrase is not None and variant.rules and candidates.guesses_after(reply_key,
-                                                                          text_key(phrase)):
-        return None
-    return phrase
+def _abstained(reply: str, reply_key: str, gold: Gold, variant: Variant) -> str | None:
+    """What shows that the reply abstains, or None. With the rules: the clause that says
+    the information is missing (abstention.py: by meaning, and not when an answer is
+    stated after it); without them (version 1): any don't-know phrase."""
+    if variant.rules:
+        found = abstention(reply, gold.question_numbers)
+        return found.evidence if found.abstained else None
+    return abstain_phrase(reply_key)
 
 
 def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> AnswerMatch:
@@ -239,7 +241,7 @@ def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> A
         numbers_match(n.value, n.decimals, gold)
         or (n.alt is not None and numbers_match(n.alt, 0 if isinstance(n.alt, int) else 3, gold))
         for n in numbers)
-    abstained = _abstained(reply_key, variant) is not None
+    abstained = _abstained(reply, reply_key, gold, variant) is not None
     extracted = None if chosen is None else chosen.value
     if isinstance(extracted, float) and not math.isfinite(extracted):
         # beyond float range: report it as written (clipped), since JSON has no inf
@@ -349,7 +351,7 @@ def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> Ans
     if not lenient:
         loose = strip_diacritics(reply_key)
         lenient = any(contains_phrase(loose, k) for k in gold.loose)
-    abstained = _abstained(reply_key, variant) is not None
+    abstained = _abstained(reply, reply_key, gold, variant) is not None
     return AnswerMatch(exact, strict, lenient, found, abstained, False, reply_key, rule, decided)
 
 
@@ -357,10 +359,10 @@ def _abstain_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> 
     text, on_line = _answer_text(reply, variant)
     key = text_key(text) if on_line else reply_key
     strict = reply_key in gold.keys
-    phrase = _abstained(key, variant)
-    rule = "abstain_phrase"
+    phrase = _abstained(text, key, gold, variant)
+    rule = "abstain_clause" if variant.rules else "abstain_phrase"
     if phrase is None and abstain_phrase(key) is not None:
-        rule = "guess"  # a don't-know phrase, then a guess: an answer after all
+        rule = "guess"  # a don't-know phrase, then an answer: an answer after all
     elif phrase is None:
         phrase = next((k for k in gold.keys if contains_phrase(key, k)), None)
         rule = "gold_phrase" if phrase is not None else "none"
