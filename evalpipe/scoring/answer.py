@@ -46,6 +46,7 @@ from evalpipe.scoring.extract import (
     abstain_phrase_loose,
     extract_numbers,
 )
+from evalpipe.scoring.magnitude import spelled_as_digits
 from evalpipe.scoring.normalize import contains_phrase, strip_diacritics, text_key
 from evalpipe.scoring.quantities import Amount, Date
 
@@ -267,6 +268,7 @@ def _value_match(text: str, gold: Gold) -> tuple[bool, bool, Any] | None:
     from the values the reply states outside parentheses; None when it states none."""
     value = gold.value
     assert value is not None
+    text = spelled_as_digits(text)  # "two hours and forty minutes"
     outside = [(s, e) for s, e in _spans_outside_parentheses(text)]
 
     def kept(items):
@@ -327,11 +329,15 @@ def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> Ans
         corrected = candidates.correction_point(text)
         if corrected and _LETTER_OR_DIGIT.search(text, corrected):
             text, rule = text[corrected:], "corrected+"  # the correction replaces the rest
-        for raw in gold.texts:
-            text = candidates.mask_other_names(text, raw, gold.keys)
         key = text_key(text)
         by_value = _value_match(text, gold) if gold.value is not None else None
-        found = next((k for k in gold.keys if _text_stated(text, key, k, gold)), None)
+        found = None
+        for raw in gold.texts:  # each accepted answer on the reply without its other names
+            masked = candidates.mask_other_names(text, raw, gold.keys)
+            k = text_key(raw)
+            if k and _text_stated(masked, text_key(masked), k, gold):
+                found = k
+                break
         if by_value is not None and found is None:
             matched, decided, read = by_value
             found = read if matched else None

@@ -39,7 +39,7 @@ _EQUALS = re.compile(r"(?:=|==|≈)\s*$")
 _CUE = re.compile(
     r"(?:\bis|\bare|\bwas|\bwere|\bequals?|\bequal to|\bgives|\bget|\bhas|\bhave|\bhad|"
     r"\btotal of|\btotal|\bresult|\banswer|\bto|là|bằng|được|có|tổng cộng|tổng|kết quả|"
-    r"đáp án|đáp số|lên|thành|:)\s*(?:\*\*|\$|about\s|khoảng\s)?$", re.IGNORECASE)
+    r"đáp án|đáp số|lên|thành|còn|xuống|:)\s*(?:\*\*|\$|about\s|khoảng\s)?$", re.IGNORECASE)
 # What may come before the number a reply opens with.
 _LEAD = re.compile(
     r"^[\s*_#>\-\"'(\[]*(?:(?:there (?:are|is|were|was)|it (?:is|was|has|had)|it's|"
@@ -112,6 +112,7 @@ NAME_PARTS = frozenset(text_key(w) for w in (
     "nguyen tran le pham hoang huynh vu vo dang bui do ho ngo duong ly dinh van thi duc "
     "huu ngoc thuy quoc hong bao xuan thanh cong tuan hai khanh "
     "anh chị em ông bà cô chú bác bạn thầy sếp mr mrs ms miss dr sir").split())
+_LABEL_CLAUSE = re.compile(r"[,.;!?\n()\[\]]+(?:\s|$)|\n|\s[-–—]\s")
 _CLAUSE = re.compile(r"[,.;:!?\n()\[\]]+(?:\s|$)|\n|\s[-–—]\s")
 
 # After a don't-know phrase, these mean the model guesses anyway.
@@ -169,15 +170,24 @@ def answer_number(reply: str, numbers: list[Number], echoes: frozenset = frozens
     if len(counted) == 1:
         return next(iter(counted.values())), "asked_unit"
     cued = [n for n in kept if _CUE.search(reply[max(0, n.start - 24):n.start])]
+    labelled = _labelled(reply, cued or kept, asked)
+    if labelled is not None:
+        return labelled, "cue_label" if cued else "label"
     if cued:
-        if len({n.value for n in cued}) > 1:
-            content = asked - _FUNCTION_WORDS
-            overlap = [len(content & set(clause_of(reply, n).split())) for n in cued]
-            best = max(overlap)
-            if overlap.count(best) == 1:
-                return cued[overlap.index(best)], "cue_label"
         return cued[-1], "cue"
     return kept[-1], "last"
+
+
+def _labelled(reply: str, numbers: list[Number], asked: frozenset) -> Number | None:
+    """Among numbers of different values, the one whose clause alone names most of what
+    the question asks ("p99 to 95 ms" for a p99 question, "Single request: 61 tokens/s"),
+    or None when no clause stands out."""
+    if len({n.value for n in numbers}) < 2:
+        return None
+    content = asked - _FUNCTION_WORDS
+    overlap = [len(content & set(clause_of(reply, n).split())) for n in numbers]
+    best = max(overlap)
+    return numbers[overlap.index(best)] if best and overlap.count(best) == 1 else None
 
 
 def _shifted(n: Number, by: int) -> Number:
@@ -201,9 +211,10 @@ def _left_of_equals(reply: str, numbers: list[Number], right: Number) -> Number 
 
 
 def clause_of(reply: str, n: Number) -> str:
-    """The clause around a number, text_key form (punctuation and line breaks end it)."""
-    start = max((m.end() for m in _CLAUSE.finditer(reply, 0, n.start)), default=0)
-    m = _CLAUSE.search(reply, n.end)
+    """The clause around a number, text_key form (punctuation and line breaks end it; a
+    colon does not, so that "label: value" stays together)."""
+    start = max((m.end() for m in _LABEL_CLAUSE.finditer(reply, 0, n.start)), default=0)
+    m = _LABEL_CLAUSE.search(reply, n.end)
     return text_key(reply[start:m.start() if m else len(reply)])
 
 

@@ -192,3 +192,13 @@ def spelled_numbers(text: str, lang: str | None = None) -> list[Spelled]:
             out.append(Spelled(value, run[0][1], run[-1][2], len(words)))
         i = max(j, i + 1)
     return out
+
+
+def spelled_as_digits(text: str) -> str:
+    """The text with each number spelled in words written in digits ("two hours and forty
+    minutes" -> "2 hours and 40 minutes"), for readers of values that want digits."""
+    out, last = [], 0
+    for w in spelled_numbers(text):
+        out += [text[last:w.start], str(w.value)]
+        last = w.end
+    return "".join(out) + text[last:]
