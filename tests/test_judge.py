@@ -130,3 +130,44 @@ def test_the_judge_is_a_config_section_named_like_a_model(tmp_path):
     assert "judge" not in parse_config({"questions": ["q.jsonl"]}).to_dict()
     result = CliRunner().invoke(main, ["judge"])
     assert result.exit_code == 2 and "nothing to do" in result.output
+
+
+def _small_labels(tmp_path, n):
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
+                            for r in load_labels()[:n]), encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow
+def test_the_embedded_model_judges_a_run_end_to_end_and_is_measured(tmp_path):
+    from helpers import REPO
+
+    import evalpipe
+
+    labels = _small_labels(tmp_path, 3)
+    model = {"id": "smollm2-135m", "dtype": "float32"}
+    config = {"name": "judged", "questions": [str(REPO / "datasets/sample/control.jsonl")],
+              "limit": 2, "models": [model], "toolsets": ["none"],
+              "retrieval": [{"mode": "none"}],
+              "generation": {"max_new_tokens": 24, "batch_size": 8},
+              "judge": {"model": model, "use": "all", "max_new_tokens": 24,
+                        "agreement": True, "labels": str(labels)}}
+    run = evalpipe.run(config, out=tmp_path / "out", use_cache=False).run_dir
+    store = RunStore(run)
+    judgements = store.read_judgements()
+    assert len(judgements) == 2  # use: all, two free-form answers
+    assert all(j["model"] == "smollm2-135m" and len(j["prompts"]) == 2 and len(j["raw"]) == 2
+               for j in judgements)
+    measured = json.loads((run / "judge.json").read_text())
+    assert measured["judge"]["n"] + measured["judge"]["inconsistent"] == 3
+    assert measured["rules"]["n"] == 3 and "kappa" in measured["judge"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["judge"]["judged"] == 2 and "agreement" in manifest["judge"]
+    scores = json.loads((run / "scores.json").read_text())
+    sources = {s["question_id"]: s["verdict_source"] for s in scores["samples"]}
+    judged = sum(j["verdict"] is not None for j in judgements)
+    assert sum(v == "judge" for v in sources.values()) == judged
+    # re-scored without the judge: the recorded verdicts give the same sources
+    again = evalpipe.score(run)
+    assert {s["question_id"]: s["verdict_source"] for s in again["samples"]} == sources
