@@ -269,10 +269,8 @@ def _value_match(text: str, gold: Gold) -> tuple[bool, bool, Any] | None:
     value = gold.value
     assert value is not None
     text = spelled_as_digits(text)  # "two hours and forty minutes"
-    outside = [(s, e) for s, e in _spans_outside_parentheses(text)]
-
     def kept(items):
-        return [i for i in items if any(s <= i.start and i.end <= e for s, e in outside)
+        return [i for i in items if not candidates.inside_parentheses(text, i.start)
                 and not candidates.negated_before(text, i.start)]
 
     if value.dates:
@@ -302,22 +300,6 @@ def _value_match(text: str, gold: Gold) -> tuple[bool, bool, Any] | None:
 
 def _date_text(d: Date) -> str:
     return f"{d.year or '????'}-{d.month:02d}-{d.day:02d}"
-
-
-def _spans_outside_parentheses(text: str) -> list[tuple[int, int]]:
-    spans, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "([":
-            if depth == 0:
-                spans.append((start, i))
-            depth += 1
-        elif ch in ")]" and depth:
-            depth -= 1
-            if depth == 0:
-                start = i + 1
-    if depth == 0:
-        spans.append((start, len(text)))
-    return spans
 
 
 def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> AnswerMatch:

@@ -253,7 +253,7 @@ def aside_numbers(reply: str, numbers: list[Number], asked: frozenset) -> set[in
     out = set()
     past_asked = bool(asked & _PAST_WORDS)
     for i, n in enumerate(numbers):
-        if _inside_parentheses(reply, n.start):
+        if inside_parentheses(reply, n.start):
             out.add(i)
         elif not past_asked and _PREVIOUS.search(clause_text(reply, n)[-40:]):
             out.add(i)
@@ -263,7 +263,7 @@ def aside_numbers(reply: str, numbers: list[Number], asked: frozenset) -> set[in
     return out if len(out) < len(numbers) else set()
 
 
-def _inside_parentheses(reply: str, at: int) -> bool:
+def inside_parentheses(reply: str, at: int) -> bool:
     depth = 0
     for ch in reply[:at]:
         if ch in "([":
