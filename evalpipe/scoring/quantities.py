@@ -66,7 +66,8 @@ def find_dates(text: str, lang: str = "en") -> list[Date]:
             if any(m.start() < e and s < m.end() for s, e in taken):
                 continue
             g = m.groups()
-            other = None
+            other: tuple[int, int] | None = None
+            year: int | None
             if kind == "ymd":
                 year, month, day = int(g[0]), int(g[1]), int(g[2])
             elif kind in ("nny", "nn"):
@@ -140,8 +141,8 @@ def find_durations(text: str, clock: bool = False) -> list[Duration]:
         out.append(Duration(int(m.group(1)) * 3600 + int(m.group(2)) * 60, *m.span()))
         taken.append(m.span())
     pos = 0
-    while (m := _DUR_PART.search(text, pos)) is not None:
-        start, end, total = m.start(), m.end(), _seconds(m)
+    while (part := _DUR_PART.search(text, pos)) is not None:
+        start, end, total = part.start(), part.end(), _seconds(part)
         while (glue := _DUR_GLUE.match(text, end)) is not None and (
                 nxt := _DUR_PART.match(text, glue.end())) is not None:
             total, end = total + _seconds(nxt), nxt.end()
