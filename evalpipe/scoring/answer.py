@@ -231,7 +231,9 @@ def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> A
     # The rules abstain when only the last-number fallback chose and another candidate
     # would change the verdict: a grader (or the judge) has to read it.
     decided = not (variant.rules and rule.endswith("last") and any(
-        numbers_match(n.value, n.decimals, gold) != exact for n in pool if n is not chosen))
+        numbers_match(n.value, n.decimals, gold) != exact
+        for n in candidates.candidate_numbers(text, pool, gold.question_numbers,
+                                              gold.question_words) if n is not chosen))
     if on_line:
         rule = "final_line+" + rule
     last: Number | None = numbers[-1] if numbers else None

@@ -155,10 +155,7 @@ def answer_number(reply: str, numbers: list[Number], echoes: frozenset = frozens
                                                           if n.start >= corrected],
                                      echoes, asked)
         return (None if chosen is None else _shifted(chosen, corrected)), "corrected+" + rule
-    skip = restatements(reply, numbers) | aside_numbers(reply, numbers, asked)
-    kept = [n for i, n in enumerate(numbers) if i not in skip]
-    fresh = [n for n in kept if n.value not in echoes]
-    kept = fresh or kept
+    kept = candidate_numbers(reply, numbers, echoes, asked)
     for n in reversed(kept):
         if _EQUALS.search(reply, max(0, n.start - 4), n.start):
             left = _left_of_equals(reply, kept, n)
@@ -188,6 +185,19 @@ def _labelled(reply: str, numbers: list[Number], asked: frozenset) -> Number | N
     overlap = [len(content & set(clause_of(reply, n).split())) for n in numbers]
     best = max(overlap)
     return numbers[overlap.index(best)] if best and overlap.count(best) == 1 else None
+
+
+def candidate_numbers(reply: str, numbers: list[Number], echoes: frozenset = frozenset(),
+                      asked: frozenset = frozenset()) -> list[Number]:
+    """The numbers that may be the answer: not restatements, asides or echoes of the
+    question (unless nothing else is left). A value the reply marks as an earlier one
+    ("went from 180 ms to 38 ms") stays an aside wherever it is repeated."""
+    skip = restatements(reply, numbers) | aside_numbers(reply, numbers, asked)
+    earlier = {numbers[i].value for i in aside_numbers(reply, numbers, asked)}
+    kept = [n for i, n in enumerate(numbers) if i not in skip and n.value not in earlier]
+    kept = kept or [n for i, n in enumerate(numbers) if i not in skip] or list(numbers)
+    fresh = [n for n in kept if n.value not in echoes]
+    return fresh or kept
 
 
 def _shifted(n: Number, by: int) -> Number:
