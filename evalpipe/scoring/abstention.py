@@ -39,16 +39,20 @@ _SPLIT = re.compile(
 _NEGATION = frozenset(text_key(w) for w in (
     "not no none never nothing nowhere neither nor without cannot t "
     "không chưa chẳng chả").split())
-_INFO = frozenset(text_key(w) for w in (
+# Verbs and nouns of saying, containing or knowing; Vietnamese ones as whole phrases
+# (a single syllable such as "số" or "cho" says nothing by itself).
+_INFO = tuple(tuple(text_key(p).split()) for p in (
     "say says said saying mention mentions mentioned mentioning provide provides provided "
     "contain contains contained include includes included give gives given specify specifies "
     "specified state states stated cover covers covered list lists listed tell tells told "
     "show shows shown report reports reported discuss discusses discussed indicate indicates "
     "detail details describe describes described know knew known find found finding answer "
-    "determine determined information info data record records figure figures number "
-    "numbers mentioned available public disclosed disclose reveal revealed "
-    "nói đề cập nhắc cung cấp chứa nêu ghi biết tìm thấy rõ xác định chắc trả lời liệt kê "
-    "công bố thông tin dữ liệu số liệu tài liệu nhắc đến đưa ra cho biết").split())
+    "determine determined information info data record records figure figures "
+    "available public disclosed disclose reveal revealed").split()) + tuple(
+    tuple(text_key(p).split()) for p in (
+        "nói", "đề cập", "nhắc", "cung cấp", "chứa", "nêu", "ghi", "biết", "tìm thấy", "rõ",
+        "xác định", "chắc", "trả lời", "liệt kê", "công bố", "thông tin", "dữ liệu",
+        "số liệu", "cho biết", "đưa ra"))
 _SOURCES = frozenset(text_key(w) for w in (
     "text passage passages document documents context article post posts source sources "
     "blog tài liệu đoạn văn bản bài viết nguồn").split())
@@ -78,16 +82,34 @@ class Abstention:
     rule: str  # lack | hedge | answer_after_lack | answer_with_hedge | no_lack
 
 
-def _lack(key: str) -> bool:
+def _lack(key: str, has_number: bool = False) -> bool:
+    """The clause says the information is missing. "only" with a verb of saying counts
+    when the clause gives no number ("only give latencies for the Go API", not "was only
+    reported to 19 salons")."""
     if abstain_phrase(key) is not None:
         return True
     words = key.split()
-    for i, w in enumerate(words):
-        if w in _INFO:
-            window = set(words[max(0, i - NEGATION_SPAN):i])
-            if window & _NEGATION or window & _ONLY:
-                return True
+    for phrase in _INFO:
+        n = len(phrase)
+        for i in range(len(words) - n + 1):
+            if tuple(words[i:i + n]) == phrase:
+                window = set(words[max(0, i - NEGATION_SPAN):i])
+                if window & _NEGATION or (not has_number and window & _ONLY):
+                    return True
     return False
+
+
+def _has_info(words: list[str]) -> bool:
+    return any(tuple(words[i:i + len(p)]) == p for p in _INFO for i in range(len(words)))
+
+
+_JOINED = re.compile(r"(?<=[^\W\d_])-(?=[^\W\d_])")  # "no-show" is one word, not "no show"
+
+
+def _short_answer(key: str) -> bool:
+    """A bare phrase of a few words ("Caddy or nginx", "42 requests") states an answer."""
+    words = key.split()
+    return 0 < len(words) <= 5 and not (set(words) & (_NEGATION | _META))
 
 
 def _answer(clause: str, key: str, echoes: frozenset) -> bool:
@@ -108,7 +130,7 @@ def _answer(clause: str, key: str, echoes: frozenset) -> bool:
     if set(text_key(clause[:m.start()]).split()) & _SOURCES:
         return False  # about the sources ("the text is about Tổ Ong Lab"), not an answer
     return bool(rest) and not (set(rest[:2]) & _NEGATION) and not (set(words) & _META) \
-        and not (set(rest) & _INFO and set(words) & _NEGATION)
+        and not (_has_info(rest) and set(words) & _NEGATION)
 
 
 def abstention(reply: str, echoes: frozenset = frozenset()) -> Abstention:
@@ -116,21 +138,24 @@ def abstention(reply: str, echoes: frozenset = frozenset()) -> Abstention:
     numbers the question states (restating them answers nothing)."""
     last_lack = None
     roles: list[tuple[str, str]] = []
-    for piece in _SPLIT.split(reply or ""):
-        key = text_key(piece)
+    for index, piece in enumerate(_SPLIT.split(reply or "")):
+        key = text_key(_JOINED.sub("", piece))
         if not key:
             continue
+        has_number = any(n.value not in echoes for n in extract_numbers(piece))
         # a lack clause can still carry an answer after a guess ("không rõ khoảng 200")
         if any(f" {h} " in f" {key} " for h in _HEDGES) and not _lack_beyond_hedge(key):
             roles.append(("hedge", piece))
             if _answer(piece, key, echoes) and _guess_after_lack(key):
                 roles.append(("answer", piece))
-        elif _lack(key):
+        elif _lack(key, has_number):
             roles.append(("lack", piece))
             last_lack = len(roles) - 1
             if _answer(piece, key, echoes) and _guess_after_lack(key):
                 roles.append(("answer", piece))
-        elif _answer(piece, key, echoes):
+        elif _answer(piece, key, echoes) or (index == 0 and _short_answer(key)
+                                             and not piece.rstrip().endswith("?")
+                                             and not _OFFER.match(piece)):
             roles.append(("answer", piece))
     if last_lack is None:
         hedges = [p for role, p in roles if role == "hedge"]

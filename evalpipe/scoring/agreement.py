@@ -77,6 +77,32 @@ def class_table(rows: list[dict[str, Any]], by: str = "class") -> list[dict[str,
     return out
 
 
+def abstention_methods(rows: list[dict[str, Any]], folds: int = 5) -> dict[str, Any]:
+    """How two ways of telling an abstention agree with the grader's `abstained` label:
+    the clause rules (abstention.py), and a small classifier (TF-IDF of word and
+    character n-grams, logistic regression) in stratified cross-validation, so that it
+    is never scored on replies it was fitted on."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline, make_union
+
+    from evalpipe.scoring.abstention import abstention
+
+    truth = [bool(r["abstained"]) for r in rows]
+    rules = [abstention(r["reply"]).abstained for r in rows]
+    features = make_union(TfidfVectorizer(ngram_range=(1, 2)),
+                          TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4)))
+    model = make_pipeline(features, LogisticRegression(max_iter=1000, class_weight="balanced"))
+    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=0)
+    learned = cross_val_predict(model, [r["reply"] for r in rows], truth, cv=cv)
+
+    def agree(predicted: Any) -> tuple[int, int]:
+        return sum(bool(p) == t for p, t in zip(predicted, truth)), len(truth)
+
+    return {"abstaining": sum(truth), "rules": agree(rules), "classifier_cv": agree(learned)}
+
+
 def main(argv: list[str]) -> int:
     rows = load_labels(argv[0] if argv else LABELS)
     if rows and "class" in rows[0]:
@@ -85,6 +111,10 @@ def main(argv: list[str]) -> int:
                 rate = "-" if row["rate"] is None else f"{100 * row['rate']:5.1f}%"
                 print(f"{by:6s} {row[by]:34s} n {row['n']:4d}  decided {row['decided']:4d}  "
                       f"agree {row['agree']:4d}  {rate}")
+        methods = abstention_methods(rows)
+        for name in ("rules", "classifier_cv"):
+            agree, n = methods[name]
+            print(f"abstention {name:14s} {agree}/{n} ({methods['abstaining']} abstain)")
         return 0
     for row in agreement_table(rows):
         parts = "  ".join(f"{k} {a}/{n}" for k, (a, n) in row["by"].items())
