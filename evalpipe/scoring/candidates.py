@@ -28,8 +28,6 @@ from evalpipe.scoring.normalize import contains_phrase, text_key
 _APPROX = re.compile(
     r"(?:khoảng|tức là|tức|xấp xỉ|gần|chừng|cỡ|about|approximately|approx\.?|roughly|around|"
     r"nearly|almost|some|~|≈)\s*$", re.IGNORECASE)
-_SCALE_AFTER = re.compile(
-    r"\s*(?:nghìn|ngàn|triệu|tỷ|tỉ|thousand|million|billion|trillion|k\b)", re.IGNORECASE)
 # A number the reply itself rejects ("294 is wrong, it is 295").
 _REJECTED_AFTER = re.compile(
     r"\s*(?:is|was)\s+(?:wrong|not|incorrect)|\s*(?:isn't|wasn't|là sai|sai|không đúng|"
@@ -130,12 +128,20 @@ def restatements(reply: str, numbers: list[Number]) -> set[int]:
         return out
     for i, n in enumerate(numbers):
         before = reply[max(0, n.start - 16):n.start]
-        if (_APPROX.search(before) or _SCALE_AFTER.match(reply, n.end)
+        if (_APPROX.search(before) or _rounded(n, numbers)
                 or _REJECTED_AFTER.match(reply, n.end)):
             out.add(i)
     if len(out) == len(numbers):
         return set()
     return out
+
+
+def _rounded(n: Number, numbers: list[Number]) -> bool:
+    """A number written with a magnitude that rounds another one ("13358 bao, tức 13
+    nghìn"): a restatement."""
+    return n.scale > 1 and any(
+        m is not n and m.scale == 1 and isinstance(m.value, int) and m.value
+        and abs(m.value - n.value) < 0.1 * abs(m.value) for m in numbers)
 
 
 def answer_number(reply: str, numbers: list[Number], echoes: frozenset = frozenset(),
