@@ -39,6 +39,7 @@ from evalpipe.scoring.judging import (
     parse_verdict,
     sample_key,
 )
+from evalpipe.scoring.score import gold_for
 from evalpipe.store import RunStore
 
 LABELS = Path(__file__).resolve().parents[1] / "tests" / "data" / "grading_labels.jsonl"
@@ -109,9 +110,8 @@ def judge_run(run_dir: str | Path, judge: Judge, use: str = "undecided",
         q = questions.get(sample["question_id"])
         if q is None or q.answer_type not in ("number", "text", "abstain"):
             continue
-        gold = make_gold(q.answer, q.answer_type, list(q.aliases), q.lang or "en", q.question)
         final = sample.get("final_answer") or ""
-        if sample.get("error") or not applies(match_answer(final, gold).decided,
+        if sample.get("error") or not applies(match_answer(final, gold_for(q)).decided,
                                                  q.answer_type, use):
             continue
         items.append(_item(q, final))
