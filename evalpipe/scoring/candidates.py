@@ -18,8 +18,10 @@ reply gives as its answer (docs/scoring.md, "Which number is the answer"):
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
+from decimal import Decimal
 
 from evalpipe.scoring.extract import Number
 from evalpipe.scoring.normalize import contains_phrase, text_key
@@ -139,9 +141,12 @@ def restatements(reply: str, numbers: list[Number]) -> set[int]:
 def _rounded(n: Number, numbers: list[Number]) -> bool:
     """A number written with a magnitude that rounds another one ("13358 bao, tức 13
     nghìn"): a restatement."""
-    return n.scale > 1 and any(
+    if n.scale == 1:
+        return False
+    target = Decimal(n.value) if isinstance(n.value, int) or math.isfinite(n.value) else None
+    return target is not None and any(
         m is not n and m.scale == 1 and isinstance(m.value, int) and m.value
-        and abs(m.value - n.value) < 0.1 * abs(m.value) for m in numbers)
+        and abs(m.value - target) < Decimal(m.value) / 10 for m in numbers)
 
 
 def answer_number(reply: str, numbers: list[Number], echoes: frozenset = frozenset(),
