@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from evalpipe import jsonl
 from evalpipe.errors import InfraError, InputError
 from evalpipe.identity import sample_key
+from evalpipe.store import run_name_problem
 
 T = TypeVar("T")
 RUN_ID_ENV = "EVALPIPE_RUN_ID"
@@ -240,7 +241,11 @@ def shared_run_id(out_root: str | Path, config_hash: str, make_run_id, rank: int
     it is `make_run_id()`; otherwise rank 0 calls `make_run_id()` and publishes it
     in out_root/.rendezvous/<launch key>.json, which the other ranks wait for."""
     if os.environ.get(RUN_ID_ENV):
-        return os.environ[RUN_ID_ENV]
+        given = os.environ[RUN_ID_ENV]
+        problem = run_name_problem(given)
+        if problem:  # it becomes the run directory's name
+            raise InputError(problem, field=RUN_ID_ENV, expected="a plain folder name")
+        return given
     if world <= 1:
         return make_run_id()
     folder = Path(out_root) / ".rendezvous"

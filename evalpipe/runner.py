@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from evalpipe import parallel
 from evalpipe.backends import load_backend
 from evalpipe.cache import GenerationCache
-from evalpipe.config import Cell, RunConfig, stable_hash
+from evalpipe.config import Cell, RetrievalSection, RunConfig, stable_hash
 from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
 from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, CellRuntime, Engine
 from evalpipe.errors import EvalpipeError, InfraError, InputError, Interrupted
@@ -69,11 +69,11 @@ class Corpus:
     def __post_init__(self):
         self._retrievers: dict[str, Any] = {}
 
-    def searcher(self, settings: dict[str, Any]) -> Callable[[str, int], list[dict[str, Any]]]:
+    def searcher(self, settings: RetrievalSection) -> Callable[[str, int], list[dict[str, Any]]]:
         """A search function for one retrieval setting; indexes are built once and shared."""
         from evalpipe.retrieval import build_retriever
 
-        key = stable_hash({k: v for k, v in settings.items() if k not in ("mode", "k")})
+        key = stable_hash({k: v for k, v in settings.record().items() if k not in ("mode", "k")})
         if key not in self._retrievers:
             self._retrievers[key] = build_retriever(settings, self.chunks)
         retriever = self._retrievers[key]
@@ -91,14 +91,15 @@ def fingerprint(cell: Cell, backend_facts: dict, toolset_schemas: list, config: 
     """A hash of everything that decides a cell's outputs."""
     return stable_hash({
         "model": backend_facts, "format": cell.format, "toolset": cell.toolset,
-        "tools": toolset_schemas, "retrieval": cell.retrieval,
-        "corpus": corpus.version if corpus and cell.retrieval["mode"] != "none" else None,
-        "chunking": config.chunking if cell.retrieval["mode"] != "none" else None,
+        "tools": toolset_schemas, "retrieval": cell.retrieval.record(),
+        "corpus": corpus.version if corpus and cell.retrieval.on else None,
+        "chunking": config.chunking.model_dump() if cell.retrieval.on else None,
         "generation": config.generation.to_dict(), "max_turns": config.max_turns,
         "system_prompt": config.system_prompt or DEFAULT_SYSTEM_PROMPT,
         # only when set, so the cells of runs made before the setting keep their fingerprint
         **({"final_answer_line": True} if config.final_answer_line else {}),
-        **({"schema_tools": config.schema_tools} if any(q.tools for q in questions) else {}),
+        **({"schema_tools": config.schema_tools.model_dump()}
+           if any(q.tools for q in questions) else {}),
         "questions": stable_hash([q.to_dict() for q in questions]),
     }, n=16)
 
@@ -189,17 +190,38 @@ class Run:
                 self.rank, self.world)
             self.store = RunStore(out_root / self.run_id)
             self.manifest = None
+            self._refuse_an_earlier_run()
         self.corpus = None
-        if config.corpus and any(c.retrieval["mode"] != "none" for c in self.cells):
+        if config.corpus and any(c.retrieval.on for c in self.cells):
             docs = load_corpus(config.corpus)
-            self.corpus = Corpus(chunk_corpus(docs, config.chunking["size"],
-                                              config.chunking["overlap"]), corpus_version(docs))
+            self.corpus = Corpus(chunk_corpus(docs, config.chunking.size, config.chunking.overlap),
+                                 corpus_version(docs))
         if self.world > 1:
             self.write = lambda samples: parallel.append_part(self.store.path, self.rank, samples)
         elif retry_infra:
             self.write = self.store.append_retries
         else:
             self.write = self.store.append_samples
+
+    def _refuse_an_earlier_run(self) -> None:
+        """A new run never appends into an earlier run's directory (a reused
+        EVALPIPE_RUN_ID): that is --resume's job. Under data parallelism the directory is
+        shared by this launch's ranks; an earlier launch's manifest names another launch."""
+        path = self.store.path
+        if self.world == 1:
+            earlier = path.exists()
+        elif self.rank == 0:
+            earlier = self.store.manifest_path.exists()
+        else:
+            try:
+                earlier = self.store.read_json("manifest.json").get("launch") != self.token
+            except InputError:  # no manifest yet: rank 0 of this launch has not begun
+                earlier = False
+        if earlier:
+            raise InputError(f"run directory {path} exists already: a new run does not append "
+                             "to an earlier one", field=parallel.RUN_ID_ENV,
+                             expected=f"a new {parallel.RUN_ID_ENV}, or --resume {path} to "
+                             "continue that run")
 
     def execute(self, engine: Engine, cache: GenerationCache | None) -> Path:
         if self.rank > 0:
@@ -251,6 +273,7 @@ class Run:
             self.done -= self.retry_pairs
         if self.world > 1:
             self.manifest["world_size"] = self.world
+            self.manifest["launch"] = self.token
             parallel.repair_part(self.store.path, self.rank)
         seeds = self.config.repeat_seeds()
         self.manifest["repeats"] = {"requested": self.config.repeats, "seeds": seeds}
@@ -337,7 +360,7 @@ class Run:
         scores = score_run(store)
         infra = sum(g.get("n_infra", 0) for g in scores["groups"])
         if infra:
-            self.echo(f"{infra} samples are infra errors (backend, timeout or tool sandbox): "
+            self.echo(f"{infra} samples are infra errors (backend, timeout or harness): "
                       f"re-run them with `evalpipe run --resume {store.path} --retry-infra`")
         manifest["finished"] = _now()
         manifest["status"] = "finished"
@@ -439,15 +462,14 @@ def _point_latest(run_dir: Path) -> None:
 def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus | None,
              questions: list[Question]) -> CellRuntime:
     retrieval = cell.retrieval
-    search = corpus.searcher(retrieval) if corpus and retrieval["mode"] != "none" else None
-    k = int(retrieval.get("k", config.k))
-    limits = ToolLimits(**config.tool_limits)
-    if retrieval["mode"] == "tool":  # k whole chunks must fit in one search result
-        limits.max_result_chars = max(limits.max_result_chars,
-                                      k * (config.chunking["size"] + 200))
+    search = corpus.searcher(retrieval) if corpus and retrieval.on else None
+    k = retrieval.k or config.k
+    limits = ToolLimits(**config.tool_limits.model_dump())
+    if retrieval.mode == "tool":  # k whole chunks must fit in one search result
+        limits.max_result_chars = max(limits.max_result_chars, k * (config.chunking.size + 200))
     toolset = build_toolset(cell.toolset, custom=config.custom_tools, limits=limits)
-    toolset.stub_result = config.schema_tools["result"]
-    if retrieval["mode"] == "tool":  # agentic RAG: retrieval is one more tool
+    toolset.stub_result = config.schema_tools.result
+    if retrieval.mode == "tool":  # agentic RAG: retrieval is one more tool
         toolset = toolset.with_tools(search_site_tool(search, k))
     fmt = get_format(cell.format, tools=toolset.schemas())
     settings = {
@@ -464,9 +486,9 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
         generation=config.generation, max_turns=config.max_turns,
         system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
         final_answer_line=config.final_answer_line,
-        retrieve=search if retrieval["mode"] == "prepend" else None, k=k,
+        retrieve=search if retrieval.mode == "prepend" else None, k=k,
         question_tools=cell.toolset != "none",
-        call_only=config.schema_tools["mode"] == "call_only")
+        call_only=config.schema_tools.mode == "call_only")
 
 
 def score_run(store: RunStore, k: int | None = None) -> dict[str, Any]:

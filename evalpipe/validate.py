@@ -31,6 +31,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from evalpipe.corpus import CHUNK_SIZE
 from evalpipe.errors import InputError
 from evalpipe.questions import Question, load_questions, parse_question, question_files
 
@@ -217,7 +218,7 @@ def _unit_after_answer(text: str, q: Question) -> str | None:
 
 
 def gold_warnings(path: str | Path, corpus_root: str = "datasets/site",
-                  chunk_size: int = 800) -> list[str]:
+                  chunk_size: int = CHUNK_SIZE) -> list[str]:
     """Chunks that state a question's answer but that no gold passage covers.
 
     A chunk states the answer when one of its statements (a line or a sentence)

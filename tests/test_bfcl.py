@@ -236,8 +236,9 @@ def test_config_keys_for_schema_tools_and_match():
     config = parse_config({"questions": ["q.jsonl"], "schema_tools": {"mode": "stub",
                                                                       "result": "done"},
                            "match": "bfcl"})
-    assert config.schema_tools == {"mode": "stub", "result": "done"} and config.match == "bfcl"
-    assert parse_config({"questions": ["q.jsonl"]}).schema_tools["mode"] == "call_only"
+    assert config.schema_tools.model_dump() == {"mode": "stub", "result": "done"}
+    assert config.match == "bfcl"
+    assert parse_config({"questions": ["q.jsonl"]}).schema_tools.mode == "call_only"
     with pytest.raises(InputError, match="match"):
         parse_config({"questions": ["q.jsonl"], "match": "leaderboard"})
 

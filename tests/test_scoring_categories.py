@@ -155,7 +155,7 @@ def test_correct_beats_format_problems():
 def test_infra_samples_are_flagged_and_answer_nothing():
     out = score(make_sample(CALC, stop_reason="infra_error"), CALC)
     assert out["infra"] and out["category"] == "infra_error"
-    s = make_sample(CALC, "Kết quả là 294.", steps=RIGHT_CALLS, error="tool sandbox crashed")
+    s = make_sample(CALC, "Kết quả là 294.", steps=RIGHT_CALLS, error="tool thread crashed")
     assert score(s, CALC)["category"] == "infra_error"
 
 
