@@ -67,7 +67,7 @@ class HermesFormat(PromptProtocolFormat):
         body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
         return f"{OPEN}\n{body}\n{CLOSE}"
 
-    def parse(self, text: str, *, lenient: bool = True) -> ParseResult:
+    def _parse(self, text: str, *, lenient: bool = True) -> ParseResult:
         result, reply = start_result(text)
         if reply is None:
             return result

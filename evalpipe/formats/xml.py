@@ -137,6 +137,7 @@ class XmlFormat(PromptProtocolFormat):
     name = "xml"
 
     def __init__(self, tools: list[dict[str, Any]] | None = None):
+        super().__init__(tools)
         self._props = _properties(tools)
 
     def prepare(self, messages, tools, template_supports_tools):
@@ -157,7 +158,7 @@ class XmlFormat(PromptProtocolFormat):
         lines += ["</function>", CLOSE]
         return "\n".join(lines)
 
-    def parse(self, text: str, *, lenient: bool = True) -> ParseResult:
+    def _parse(self, text: str, *, lenient: bool = True) -> ParseResult:
         result, reply = start_result(text)
         if reply is None:
             return result
