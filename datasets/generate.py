@@ -791,7 +791,7 @@ def main(argv: list[str]) -> int:
         for path, text in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8", newline="\n")
-    from evalpipe.validate import validate_paths
+    from evalpipe._validate import validate_paths
 
     errors = validate_paths([str(p) for p in files], corpus_root=str(SITE))
     for e in errors:

@@ -488,3 +488,7 @@ def _shape(raw: dict[str, Any]) -> dict[str, Any]:
         if not out.get(key, True):
             del out[key]  # `generation:` with nothing under it means the defaults
     return out
+
+
+__all__ = ["Cell", "ConfigSpec", "RetrievalSection", "RunConfig", "apply_dtype", "apply_overrides",
+           "load_config", "model_record", "parse_config", "stable_hash"]

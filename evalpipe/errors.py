@@ -59,3 +59,7 @@ class Interrupted(EvalpipeError):
         super().__init__(message)
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+__all__ = ["EvalpipeError", "InfraError", "InputError", "Interrupted", "ModelUnavailableError",
+           "RegressionFound", "StorageError"]

@@ -493,7 +493,7 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
 
 def score_run(store: RunStore, k: int | None = None) -> dict[str, Any]:
     """(Re)compute scores.json and table.md from samples.jsonl and questions.jsonl."""
-    from evalpipe.report.tables import score_table
+    from evalpipe._report.tables import score_table
     from evalpipe.scoring.run import score_records
 
     # Samples stream from the file: a long run's raw records are never all in memory.

@@ -104,7 +104,7 @@ def test_import_writes_question_files_that_load(tmp_path):
     assert summary == {"simple_python": {"questions": 1, "skipped": 0}}
     line = (tmp_path / "out" / "simple_python.jsonl").read_text().splitlines()
     assert json.loads(line[0])["id"] == "simple_python_9"
-    from evalpipe.validate import validate_file
+    from evalpipe._validate import validate_file
 
     assert validate_file(tmp_path / "out" / "simple_python.jsonl") == []  # its own tools count
 
@@ -305,7 +305,7 @@ def test_a_config_names_bfcl_categories_that_load_from_the_wheel(tmp_path):
 
 
 def test_the_run_table_shows_bfcl_accuracy_per_category():
-    from evalpipe.report.tables import score_table
+    from evalpipe._report.tables import score_table
 
     def group(cell, suite, exact, valid):
         return {"cell_id": cell, "suite": suite, "n": 4, "categories": {"correct": exact},

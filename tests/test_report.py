@@ -14,16 +14,16 @@ import pytest
 from click.testing import CliRunner
 from report_fixtures import BASE, MODEL, TOOLS, make_run_a, samples_a, write_run
 
-from evalpipe.report.build import build_report
-from evalpipe.report.load import load_run, model_parameters
-from evalpipe.report.render import (
+from evalpipe._report.build import build_report
+from evalpipe._report.load import load_run, model_parameters
+from evalpipe._report.render import (
     render_csv,
     render_json,
     render_latex,
     render_markdown,
     tex_escape,
 )
-from evalpipe.report.tables import score_table
+from evalpipe._report.tables import score_table
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +189,7 @@ def test_latex_compiles(data, tmp_path):
 
 def test_plots_are_png(data, tmp_path):
     pytest.importorskip("matplotlib")
-    from evalpipe.report.plots import write_plots
+    from evalpipe._report.plots import write_plots
 
     paths = write_plots(data, tmp_path)
     assert sorted(p.name for p in paths) == ["accuracy_vs_cost.png", "accuracy_vs_size.png",
@@ -252,7 +252,7 @@ def test_infra_errors_are_left_out_and_noted(tmp_path):
 
 
 def test_html_sample_cap(run_dir):
-    from evalpipe.report.html import render_html
+    from evalpipe._report.html import render_html
 
     run = load_run(run_dir)
     data = build_report(run)

@@ -146,7 +146,7 @@ def test_good_gold_forms_load(tmp_path):
 
 
 def test_validate_reports_every_bad_form_with_file_line_and_field(tmp_path):
-    from evalpipe.validate import validate_paths
+    from evalpipe._validate import validate_paths
 
     good = {**BASE, "gold_calls": [{"id": "s1", "name": "add",
                                     "arguments": {"a": {"$any": [2, 20]}, "b": 3}}]}

@@ -324,8 +324,8 @@ def test_a_truncated_first_search_is_not_replaced_by_a_later_one():
 
 
 def test_reports_list_every_category_once_and_colour_each():
-    from evalpipe.report.plots import CATEGORY_COLOURS
-    from evalpipe.report.tables import CATEGORY_ORDER
+    from evalpipe._report.plots import CATEGORY_COLOURS
+    from evalpipe._report.tables import CATEGORY_ORDER
     from evalpipe.scoring.categories import CATEGORIES, DISPLAY_ORDER, SCORER_ERROR
 
     assert CATEGORY_ORDER is DISPLAY_ORDER  # one list, not a copy that drifts

@@ -118,4 +118,5 @@ def build_retriever(settings: dict[str, Any] | RetrieverSettings | None,
     return HybridRetriever(sparse, dense, fusion="weighted", weight=s["weight"], depth=s["depth"])
 
 
-__all__ = ["METHODS", "Hit", "Retriever", "build_retriever", "resolve_settings"]
+__all__ = ["METHODS", "BM25Settings", "Hit", "Retriever", "RetrieverSettings", "build_retriever",
+           "resolve_settings"]

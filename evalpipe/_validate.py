@@ -20,17 +20,14 @@ Checks, per record:
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
-import sys
-import types
 import unicodedata
 from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
+from evalpipe import jsonl
 from evalpipe.corpus import CHUNK_SIZE
 from evalpipe.errors import InputError
 from evalpipe.questions import Question, load_questions, parse_question, question_files
@@ -282,26 +279,6 @@ def gold_warnings_paths(paths: list[str], corpus_root: str = "datasets/site") ->
     return out
 
 
-def _records(path: Path, file: str) -> tuple[list[tuple[int, Any]], list[str]]:
-    """(line, decoded record) for each non-blank line, and the errors of the others."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        return [], [_error(file, None, None, f"not UTF-8 ({exc.reason})", "a UTF-8 text file")]
-    records, errors = [], []
-    for number, text in enumerate(raw.split("\n"), start=1):
-        text = text.strip().lstrip("\ufeff")
-        if not text:
-            continue
-        try:
-            records.append((number, json.loads(text)))
-        except json.JSONDecodeError as exc:
-            errors.append(_error(file, number, None,
-                                 f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                 "one JSON object per line"))
-    return records, errors
-
-
 def validate_file(path: str | Path, corpus: _Corpus | str = "datasets/site") -> list[str]:
     """Every problem in one question file."""
     if isinstance(corpus, str):
@@ -313,7 +290,9 @@ def validate_file(path: str | Path, corpus: _Corpus | str = "datasets/site") -> 
     questions: list[tuple[int, Question]] = []
     errors: list[str] = []
     if path.suffix in _LINE_SUFFIXES:
-        records, errors = _records(path, file)
+        problems: list[InputError] = []
+        records = list(jsonl.records(path, errors=problems))  # as a run reads the file
+        errors = [str(p) for p in problems]
         for number, record in records:
             try:
                 questions.append((number, parse_question(record, file=file, line=number)))
@@ -371,14 +350,3 @@ def validate(paths: str | Path | Iterable[str | Path], *,
     """Every problem in question files or folders, one line each; [] when valid."""
     items = [paths] if isinstance(paths, (str, Path)) else list(paths)
     return validate_paths([str(p) for p in items], corpus_root=str(corpus))
-
-
-class _PublicModule(types.ModuleType):
-    """Importing this module makes `evalpipe.validate` the module, not the API function
-    of that name; calling the module calls the function, so both spellings work."""
-
-    def __call__(self, *args, **kwargs):
-        return validate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _PublicModule
