@@ -169,6 +169,7 @@ class Format(ABC):
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 # A block ends at its closing tag, at the next opening tag, or at the end of the reply.
 TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|(?=<tool_call>)|$)", re.DOTALL)
+TOOL_CALL_TAG = re.compile(r"</?tool_call>")  # a stray tag, cut from content with the calls
 
 
 def tool_call_blocks(reply: str, result: ParseResult, lenient: bool):
