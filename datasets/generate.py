@@ -49,7 +49,10 @@ FIELDS = ("id", "suite", "question", "answer", "answer_type", "aliases", "lang",
 
 def run_plan(steps: list[dict]) -> int | float:
     """The result of the last step, computed by the real tools."""
-    return execute_gold_plan(steps, TOOLSET)[steps[-1]["id"]]
+    run = execute_gold_plan(steps, TOOLSET)
+    if run.failed or run.skipped:
+        raise ValueError(f"a generated plan does not run: {run.failed or run.skipped}")
+    return run.results[steps[-1]["id"]]
 
 
 def exact(op: str, a: Fraction, b: Fraction | None = None) -> Fraction | None:

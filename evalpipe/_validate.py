@@ -95,7 +95,7 @@ def _close(a: float, b: float) -> bool:
 
 def _check_plan(q: Question, file: str, line: int) -> list[str]:
     from evalpipe.plans import execute_gold_plan
-    from evalpipe.tools import BUILTIN_TOOLS, build_toolset
+    from evalpipe.tools import BUILTIN_TOOLS
     from evalpipe.tools.schema_only import schema_tool
 
     errors = []
@@ -111,12 +111,11 @@ def _check_plan(q: Question, file: str, line: int) -> list[str]:
         return errors
     if any(step["name"] not in BUILTIN_TOOLS for step in q.gold_calls):
         return []  # search_site needs a retriever; its plan cannot be replayed here
-    try:
-        results = execute_gold_plan(q.gold_calls, build_toolset("math"))
-    except ValueError as exc:
-        return [_error(file, line, "gold_calls", f"the gold plan fails: {exc}",
+    run = execute_gold_plan(q.gold_calls)
+    for why in run.failed.values():  # the first failure; the steps after it need it
+        return [_error(file, line, "gold_calls", f"the gold plan fails: {why}",
                        "a plan the real tools can execute")]
-    final = results[q.gold_calls[-1]["id"]]
+    final = run.results[q.gold_calls[-1]["id"]]
     try:
         gold = float(q.answer)
     except (TypeError, ValueError):
