@@ -127,15 +127,12 @@ class OpenAIBackend(Backend):
         try:
             body = self._body(json.loads(prompt), settings)
             path = "/chat/completions" if body.pop("_mode") == "chat" else "/completions"
-            reply = self.client.post(path, body, circuit)
+            return self.client.post(path, body, circuit)
         except RequestFailed as exc:
             return Generation("", finish_reason="error", error=self.client.clean(str(exc)))
         except Exception as exc:  # noqa: BLE001 - an odd reply fails this prompt, not the batch
             return Generation("", finish_reason="error",
                               error=self.client.clean(f"openai backend: {type(exc).__name__}: {exc}"))
-        return Generation(reply.text, reply.prompt_tokens, reply.completion_tokens,
-                          reply.prefill_ms, reply.decode_ms, reply.finish_reason,
-                          tool_calls=reply.tool_calls)
 
     def _body(self, prompt: dict[str, Any], settings: GenerationSettings) -> dict[str, Any]:
         body: dict[str, Any] = {"model": prompt["model"], "max_tokens": settings.max_new_tokens,
