@@ -314,6 +314,7 @@ class Run:
                 "questions changed since it started); start a new run instead",
                 file=str(self.store.manifest_path), field="cells")
         self.manifest["cells"][cell.id] = {"fingerprint": runtime.fingerprint,
+                                           "facets": cell.facets(),
                                            "settings": runtime.settings, "model": facts}
         self.store.write_json("manifest.json", self.manifest)
 

@@ -261,3 +261,37 @@ def test_html_sample_cap(run_dir):
     assert len(json.loads(payload)) == 5
     assert "first 5 of 12 samples" in page
     assert "first" not in render_html(run, data, {}, max_samples=None).split("Samples</h2>")[1][:40]
+
+
+def test_cell_facets_are_read_from_the_manifest_never_parsed_from_the_cell_id(tmp_path):
+    """A cell id is a name: a model id with slashes, or a renamed cell, must not change
+    what a report groups by. The runner records each cell's facets in the manifest."""
+    from evalpipe._report.load import RunData, cell_facets
+
+    cell = "org/model-7b/json/math/hybrid_weighted-tool"
+    facets = {"model": "org/model-7b", "format": "json", "toolset": "math", "retrieval": "tool",
+              "method": "hybrid_weighted"}
+    run = RunData(tmp_path, {"cells": {cell: {"facets": facets}}}, {}, [], {})
+    assert cell_facets(run, cell) == {"model": "org/model-7b", "format": "json",
+                                      "toolset": "math", "retrieval_mode": "tool",
+                                      "retrieval_method": "hybrid_weighted"}
+    unknown = RunData(tmp_path, {"cells": {"a/b/c/no-rag": {}}}, {}, [], {})
+    assert set(cell_facets(unknown, "a/b/c/no-rag").values()) == {None}
+
+
+def test_a_run_records_each_cells_facets_in_its_manifest(tmp_path, scripted, monkeypatch):
+    import json
+
+    from evalpipe import runner
+    from evalpipe.config import parse_config
+
+    (tmp_path / "q.jsonl").write_text(json.dumps(
+        {"id": "q1", "suite": "s", "question": "1+1?", "answer": 2}) + "\n")
+    config = parse_config({"name": "f", "questions": [str(tmp_path / "q.jsonl")],
+                           "models": ["m"], "toolsets": ["none"]})
+    monkeypatch.setattr(runner, "load_backend", lambda model: scripted(lambda prompt: "2"))
+    run_dir = runner.execute_run(config, tmp_path / "out", use_cache=False, echo=lambda s: None)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    [cell] = manifest["cells"].values()
+    assert cell["facets"] == {"model": "m", "format": "hermes", "toolset": "none",
+                              "retrieval": "none", "method": None}
