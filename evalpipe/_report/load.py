@@ -110,7 +110,7 @@ def cell_facets(run: RunData, cell_id: str) -> dict[str, Any]:
         return {"model": recorded.get("model"), "format": recorded.get("format"),
                 "toolset": recorded.get("toolset"), "retrieval_mode": recorded.get("retrieval"),
                 "retrieval_method": recorded.get("method")}
-    settings = info.get("settings") or next(
+    settings: dict[str, Any] = info.get("settings") or next(
         (s for s in run.scores.get("samples", []) if s["cell_id"] == cell_id), {})
     model = settings.get("model")
     retrieval = settings.get("retrieval") or {}
