@@ -64,22 +64,29 @@ class FakeClock:
     thing happen); the other `time` functions are the real ones."""
 
     def __init__(self, tick: float = 0.0, on_sleep: Callable[[float], None] | None = None):
-        # starts at the real wall time, so stamps it writes compare with real file times
-        self.now, self.tick, self.on_sleep = time.time(), tick, on_sleep
+        self.elapsed, self.tick, self.on_sleep = 0.0, tick, on_sleep
+        self.wall = time.time()  # time() starts here, so stamps compare with real file times
         self.sleeps: list[float] = []
         self._lock = threading.Lock()
 
-    def _read(self) -> float:
+    def _advance(self, seconds: float) -> float:
         with self._lock:
-            self.now += self.tick
-            return self.now
+            self.elapsed += seconds
+            return self.elapsed
 
-    perf_counter = monotonic = time = _read
+    def perf_counter(self) -> float:
+        return self._advance(self.tick)
+
+    def monotonic(self) -> float:
+        return self._advance(self.tick)
+
+    def time(self) -> float:
+        return self.wall + self._advance(self.tick)
 
     def sleep(self, seconds: float) -> None:
         with self._lock:
             self.sleeps.append(seconds)
-            self.now += max(0.0, seconds)
+        self._advance(max(0.0, seconds))
         if self.on_sleep is not None:
             self.on_sleep(seconds)
 
