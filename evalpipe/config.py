@@ -176,6 +176,17 @@ class GridRule(Section):
     method: str | list[str] | None = None
 
 
+class JudgeSection(Section):
+    """The model-graded judge (docs/scoring.md, "The judge"): a model entry like those of
+    `models:`, where it is used, and whether to measure it on a labelled set."""
+
+    model: ModelEntry
+    use: Literal["undecided", "all"] = "undecided"  # where the rules abstain, or everywhere
+    max_new_tokens: int = Field(64, ge=1)
+    agreement: bool = False  # also measure it on `labels`, into the run's judge.json
+    labels: str | None = None  # a labelled set; default tests/data/grading_labels.jsonl
+
+
 class ConfigSpec(Section):
     name: str | None = None  # the run's folder is named from it (store.run_name_problem)
     questions: list[str] = Field(min_length=1)
@@ -200,6 +211,7 @@ class ConfigSpec(Section):
     schema_tools: SchemaToolsSection = SchemaToolsSection()
     match: Literal["evalpipe", "bfcl"] = "evalpipe"  # argument rule set (scoring/plan.py)
     k: int = Field(3, ge=1)
+    judge: JudgeSection | None = None
 
     @field_validator("name")
     @classmethod
@@ -266,11 +278,14 @@ class RunConfig:
     k: int
     include: list[dict[str, Any]]
     exclude: list[dict[str, Any]]
+    judge: dict[str, Any] | None  # JudgeSection, its model entry as recorded
     source: str
 
     def to_dict(self) -> dict[str, Any]:
         """The normalised config: what the manifest records and the hash covers."""
         out = {k: v for k, v in vars(self).items() if k != "source"}
+        if out["judge"] is None:  # configs without a judge keep the hash they had
+            del out["judge"]
         out["retrieval"] = [r.record() for r in self.retrieval]
         out["generation"] = asdict(self.generation)
         for key in ("chunking", "tool_limits", "schema_tools"):
@@ -438,6 +453,9 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
         k=spec.k,
         include=[r.model_dump(exclude_none=True) for r in spec.include],
         exclude=[r.model_dump(exclude_none=True) for r in spec.exclude],
+        judge=None if spec.judge is None else {
+            **spec.judge.model_dump(exclude={"model"}), "model": model_record(spec.judge.model),
+            "labels": resolve(spec.judge.labels) if spec.judge.labels else None},
         source=source,
     )
 
@@ -484,6 +502,12 @@ def _shape(raw: dict[str, Any]) -> dict[str, Any]:
                      for m in out.get("models") or [DEFAULT_MODEL]]
     out["retrieval"] = [{"mode": r} if isinstance(r, str) else r
                         for r in out.get("retrieval") or ["none"]]
+    judge = out.get("judge")
+    if isinstance(judge, dict) and isinstance(judge.get("model"), (str, dict)):
+        model = judge["model"]
+        out["judge"] = {**judge, "model": {"backend": "transformers",
+                                           **({"id": model} if isinstance(model, str)
+                                              else model)}}
     for key in ("formats", "toolsets", "generation", "chunking", "tool_limits"):
         if not out.get(key, True):
             del out[key]  # `generation:` with nothing under it means the defaults
