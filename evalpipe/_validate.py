@@ -20,17 +20,15 @@ Checks, per record:
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
-import sys
-import types
 import unicodedata
 from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
+from evalpipe import jsonl
+from evalpipe.corpus import CHUNK_SIZE
 from evalpipe.errors import InputError
 from evalpipe.questions import Question, load_questions, parse_question, question_files
 
@@ -97,7 +95,7 @@ def _close(a: float, b: float) -> bool:
 
 def _check_plan(q: Question, file: str, line: int) -> list[str]:
     from evalpipe.plans import execute_gold_plan
-    from evalpipe.tools import BUILTIN_TOOLS, build_toolset
+    from evalpipe.tools import BUILTIN_TOOLS
     from evalpipe.tools.schema_only import schema_tool
 
     errors = []
@@ -116,12 +114,11 @@ def _check_plan(q: Question, file: str, line: int) -> list[str]:
         # search_site needs a retriever, and a schema-only tool (BFCL's "multiply" too) has
         # no implementation: such a plan cannot be replayed here
         return []
-    try:
-        results = execute_gold_plan(q.gold_calls, build_toolset("math"))
-    except ValueError as exc:
-        return [_error(file, line, "gold_calls", f"the gold plan fails: {exc}",
+    run = execute_gold_plan(q.gold_calls)
+    for why in run.failed.values():  # the first failure; the steps after it need it
+        return [_error(file, line, "gold_calls", f"the gold plan fails: {why}",
                        "a plan the real tools can execute")]
-    final = results[q.gold_calls[-1]["id"]]
+    final = run.results[q.gold_calls[-1]["id"]]
     try:
         gold = float(q.answer)
     except (TypeError, ValueError):
@@ -220,7 +217,7 @@ def _unit_after_answer(text: str, q: Question) -> str | None:
 
 
 def gold_warnings(path: str | Path, corpus_root: str = "datasets/site",
-                  chunk_size: int = 800) -> list[str]:
+                  chunk_size: int = CHUNK_SIZE) -> list[str]:
     """Chunks that state a question's answer but that no gold passage covers.
 
     A chunk states the answer when one of its statements (a line or a sentence)
@@ -307,26 +304,6 @@ def gold_warnings_paths(paths: list[str], corpus_root: str = "datasets/site") ->
     return out
 
 
-def _records(path: Path, file: str) -> tuple[list[tuple[int, Any]], list[str]]:
-    """(line, decoded record) for each non-blank line, and the errors of the others."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        return [], [_error(file, None, None, f"not UTF-8 ({exc.reason})", "a UTF-8 text file")]
-    records, errors = [], []
-    for number, text in enumerate(raw.split("\n"), start=1):
-        text = text.strip().lstrip("\ufeff")
-        if not text:
-            continue
-        try:
-            records.append((number, json.loads(text)))
-        except json.JSONDecodeError as exc:
-            errors.append(_error(file, number, None,
-                                 f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                 "one JSON object per line"))
-    return records, errors
-
-
 def validate_file(path: str | Path, corpus: _Corpus | str = "datasets/site") -> list[str]:
     """Every problem in one question file."""
     if isinstance(corpus, str):
@@ -338,7 +315,9 @@ def validate_file(path: str | Path, corpus: _Corpus | str = "datasets/site") -> 
     questions: list[tuple[int, Question]] = []
     errors: list[str] = []
     if path.suffix in _LINE_SUFFIXES:
-        records, errors = _records(path, file)
+        problems: list[InputError] = []
+        records = list(jsonl.records(path, errors=problems))  # as a run reads the file
+        errors = [str(p) for p in problems]
         for number, record in records:
             try:
                 questions.append((number, parse_question(record, file=file, line=number)))
@@ -396,14 +375,3 @@ def validate(paths: str | Path | Iterable[str | Path], *,
     """Every problem in question files or folders, one line each; [] when valid."""
     items = [paths] if isinstance(paths, (str, Path)) else list(paths)
     return validate_paths([str(p) for p in items], corpus_root=str(corpus))
-
-
-class _PublicModule(types.ModuleType):
-    """Importing this module makes `evalpipe.validate` the module, not the API function
-    of that name; calling the module calls the function, so both spellings work."""
-
-    def __call__(self, *args, **kwargs):
-        return validate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _PublicModule
