@@ -1,21 +1,21 @@
-"""Question records: schema, loading through HF datasets, validation.
+"""Question records: schema, loading, validation.
 
-A local JSONL file is read with the datasets `text` builder, one row per line,
-so that every error names the line it comes from and mixed-type fields (an
-answer that is a number in one record and a string in the next) never meet
-Arrow's schema inference. Parquet/CSV files and Hub dataset names go through
-`load_dataset` directly; their "line" is the row number.
+A local JSONL file is read line by line (evalpipe.jsonl.records, as `evalpipe
+validate` reads it), so that every error names the line it comes from and
+mixed-type fields (an answer that is a number in one record and a string in the
+next) never meet a table's schema inference. Parquet/CSV files and Hub dataset
+names go through HF datasets' `load_dataset`; their "line" is the row number.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalpipe import jsonl
 from evalpipe.errors import InputError
 from evalpipe.plans import check_value
 from evalpipe.tools.schema_only import definition_problem
@@ -160,22 +160,13 @@ def _rows(source: str) -> Iterable[tuple[int, Any]]:
 
         yield from enumerate(category_records(source[len(BFCL_SOURCE):]), start=1)
         return
+    path = Path(source)
+    if path.suffix in (".jsonl", ".json") and path.is_file():
+        yield from jsonl.records(path)  # as `evalpipe validate` reads it
+        return
     import datasets
 
     datasets.disable_progress_bars()
-    path = Path(source)
-    if path.suffix in (".jsonl", ".json") and path.is_file():
-        lines = datasets.load_dataset("text", data_files=str(path), split="train")
-        for number, row in enumerate(lines, start=1):
-            text = row["text"].strip()
-            if not text:
-                continue
-            try:
-                yield number, json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                 file=source, line=number, expected="one JSON object per line")
-        return
     if path.suffix in (".parquet", ".csv") and path.is_file():
         table = datasets.load_dataset(path.suffix[1:], data_files=str(path), split="train")
     elif path.exists():

@@ -18,6 +18,7 @@ import fcntl
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -180,6 +181,20 @@ class RunStore:
         with storage(path):
             jsonl.append(path, samples)
 
+    @property
+    def judgements_path(self) -> Path:
+        return self.path / "judgements.jsonl"
+
+    def read_judgements(self) -> list[dict[str, Any]]:
+        """The judge's recorded verdicts (evalpipe.judge); [] when the run has none."""
+        return [r for _, r in jsonl.scan(self.judgements_path)] \
+            if self.judgements_path.exists() else []
+
+    def write_judgements(self, records: Iterable[dict[str, Any]]) -> None:
+        """Replace judgements.jsonl whole (one record per judged sample)."""
+        self.write_text("judgements.jsonl", "".join(
+            json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
     def iter_samples(self, path: Path | None = None) -> Iterator[dict[str, Any]]:
         """Every complete record, streamed; a torn last line is dropped."""
         yield from (record for _, record in jsonl.scan(path or self.samples_path))
@@ -233,6 +248,18 @@ def require_finished(manifest: dict[str, Any], run_dir: Path, allow_partial: boo
         raise InputError(f"run is {status}, not finished{why}", file=str(run_dir / "manifest.json"),
                          field="status", expected="a finished run, or --allow-partial to read "
                          "the samples it has")
+
+
+_PLAIN_NAME = re.compile(r"[\w][\w.-]{0,99}")
+
+
+def run_name_problem(name: str) -> str | None:
+    """Why a name cannot be part of a run's folder name; None when it can. Names become
+    path components, so they are plain: no separator, no leading dot, no '..'."""
+    if _PLAIN_NAME.fullmatch(name) and ".." not in name:
+        return None
+    return (f"{name!r} cannot name a run folder: use letters, digits, '.', '_' and '-' "
+            "(at most 100, not starting with '.' or '-')")
 
 
 def new_run_id(name: str, config_hash: str) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from evalpipe._report.show import calls_made, calls_table
 from evalpipe.measure import Validity, render_table
 from evalpipe.questions import Question
-from evalpipe.report.show import calls_made, calls_table
 from evalpipe.scoring import score_sample
 from evalpipe.scoring.synth import call, make_sample
 

@@ -40,7 +40,7 @@ def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump,
         for name in formats.split(","):
             samples = run_format(backend, name, questions, max_new_tokens=max_new_tokens,
                                  max_turns=turns)
-            result = validity(samples, name)
+            result = validity(samples)
             rows.append((model_id, name, result))
             if as_json:
                 click.echo(json.dumps({"model": model_id, "format": name, **result.rates()}))

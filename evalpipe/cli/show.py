@@ -21,8 +21,8 @@ def show(run_dir, question_id, cell, table):
     from evalpipe.errors import InputError
 
     if table:
-        from evalpipe.report.load import load_run
-        from evalpipe.report.show import calls_table
+        from evalpipe._report.load import load_run
+        from evalpipe._report.show import calls_table
 
         run = load_run(run_dir, allow_partial=True)
         samples = [s for s in run.samples if question_id is None
@@ -33,7 +33,7 @@ def show(run_dir, question_id, cell, table):
     if question_id is None:
         raise InputError("missing QUESTION_ID", field="QUESTION_ID",
                          expected="a question id of the run, or --table")
-    from evalpipe.report.show import find_samples, render_sample
+    from evalpipe._report.show import find_samples, render_sample
 
     samples, texts = find_samples(run_dir, question_id, cell)
     click.echo("\n".join(render_sample(s, texts) for s in samples), nl=False)
