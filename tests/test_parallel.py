@@ -194,7 +194,8 @@ def test_python_dash_m_evalpipe_runs_the_cli():
     assert proc.returncode == 0 and "Usage: evalpipe" in proc.stdout and " run " in proc.stdout
 
 
-def test_parts_append_repair_and_done_tokens(tmp_path):
+def test_parts_append_repair_and_done_tokens(tmp_path, monkeypatch):
+    monkeypatch.setattr(parallel, "time", FakeClock())  # the waits below pass no real time
     _write_run(tmp_path, ["q1", "q2", "q3"], ["c"])
     parallel.append_part(tmp_path, 0, [_sample("c", "q1")])
     with open(part_path(tmp_path, 0), "a") as f:
