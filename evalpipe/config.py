@@ -42,7 +42,7 @@ from evalpipe.corpus import CHUNK_SIZE
 from evalpipe.errors import InputError
 from evalpipe.formats import FORMATS
 from evalpipe.questions import BFCL_SOURCE
-from evalpipe.retrieval import RetrieverSettings
+from evalpipe.retrieval import METHODS, RetrieverSettings
 from evalpipe.schema import Section, input_error, line_of, one_of
 from evalpipe.store import run_name_problem
 from evalpipe.tools import TOOLSETS, ToolLimits
@@ -108,10 +108,13 @@ def model_record(entry: BaseModel) -> dict[str, Any]:
     return _record(entry, ("id", "backend"))
 
 
+RetrievalMode = Literal["none", "prepend", "tool"]  # no retrieval, chunks in the prompt, a tool
+
+
 class RetrievalSection(RetrieverSettings):
     """One retrieval setting: a mode, and for a mode other than none the retriever."""
 
-    mode: Literal["none", "prepend", "tool"]
+    mode: RetrievalMode
     k: int | None = Field(None, ge=1)  # chunks per query; defaults to the top-level k
     name: str | None = None  # a label for retrieval reports
 
@@ -162,6 +165,7 @@ class ToolLimitsSection(Section):
 
 Format = Annotated[str, one_of(FORMATS, "format")]
 Toolset = Annotated[str, one_of(TOOLSETS, "toolset")]
+Method = Annotated[str, one_of(METHODS, "retrieval method")]
 # package.module:function, a user's tool (imported when the config is read)
 CustomTool = Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
 
@@ -172,8 +176,8 @@ class GridRule(Section):
     model: str | list[str] | None = None
     format: Format | list[Format] | None = None
     toolset: Toolset | list[Toolset] | None = None
-    retrieval: str | list[str] | None = None  # the mode
-    method: str | list[str] | None = None
+    retrieval: RetrievalMode | list[RetrievalMode] | None = None  # the mode
+    method: Method | list[Method] | None = None
 
 
 class JudgeSection(Section):

@@ -42,6 +42,9 @@ def run_cli(tmp_path, config_text: str, env: dict[str, str] | None = None):
     ("models:\n  - {id: m, backend: opneai}\n", 4, "models[0].backend", "did you mean openai?"),
     ("models:\n" + OPENAI % ", mode: chta", 4, "models[0].mode", "did you mean chat?"),
     ("exclude:\n  - {format: hermse}\n", 4, "exclude[0].format", "did you mean hermes?"),
+    ("exclude:\n  - {retrieval: prepnd}\n", 4, "exclude[0].retrieval", "did you mean prepend?"),
+    ("include:\n  - {method: [bm25, hybird]}\n", 4, "include[0].method[1]",
+     "did you mean hybrid?"),
     ("match: bfc\n", 3, "match", "did you mean bfcl?"),
     # the ranges
     ("models:\n" + OPENAI % ", timeout_s: -1", 4, "models[0].timeout_s", "greater than 0"),
