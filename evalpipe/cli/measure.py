@@ -25,14 +25,18 @@ def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump)
     """Run questions through each format (calculator + math tools) and print, per format,
     the share of tool-call attempts that parsed and validated, lenient and strict."""
     from evalpipe.backends import load_backend
+    from evalpipe.formats import get_format
     from evalpipe.measure import DEFAULT_QUESTIONS, run_format, validity
     from evalpipe.questions import load_questions
 
+    names = formats.split(",")
+    for name in names:
+        get_format(name)  # a misspelt format stops here, before the model loads
     questions = [q for path in (question_paths or DEFAULT_QUESTIONS)
                  for q in load_questions(path)]
     backend = load_backend({"id": model})
     replies = {}
-    for name in formats.split(","):
+    for name in names:
         samples = run_format(backend, name, questions, max_new_tokens=max_new_tokens,
                              max_turns=turns)
         click.echo(f"{name} {json.dumps(validity(samples).rates())}")
