@@ -39,6 +39,7 @@ from evalpipe.backends.local.cpu import AUTO, DTYPES, resolve_dtype
 from evalpipe.backends.models import DEFAULT_MODEL
 from evalpipe.backends.openai_backend import OpenAIOptions
 from evalpipe.corpus import CHUNK_SIZE
+from evalpipe.engine import CellRuntime
 from evalpipe.errors import InputError
 from evalpipe.formats import FORMATS
 from evalpipe.questions import BFCL_SOURCE
@@ -203,7 +204,7 @@ class ConfigSpec(Section):
     custom_tools: list[CustomTool] = Field(default_factory=list)
     retrieval: list[RetrievalSection] = Field(min_length=1)
     generation: GenerationSection = GenerationSection()
-    max_turns: int = Field(5, ge=1)
+    max_turns: int = Field(CellRuntime.max_turns, ge=1)  # the agent loop's default
     system_prompt: str | None = None
     final_answer_line: bool = False  # ask for a last line "Answer: ..." (docs/scoring.md)
     repeats: int = Field(1, ge=1)  # samples per cell x question (with temperature > 0)
@@ -214,7 +215,7 @@ class ConfigSpec(Section):
     tool_limits: ToolLimitsSection = ToolLimitsSection()
     schema_tools: SchemaToolsSection = SchemaToolsSection()
     match: Literal["evalpipe", "bfcl"] = "evalpipe"  # argument rule set (scoring/plan.py)
-    k: int = Field(3, ge=1)
+    k: int = Field(CellRuntime.k, ge=1)  # chunks per query, the loop's default
     judge: JudgeSection | None = None
 
     @field_validator("name")
