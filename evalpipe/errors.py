@@ -1,8 +1,9 @@
 """Errors that reach the user as one clear message and an exit code.
 
 Exit codes, for scripts (docs/runs.md): 0 finished, 2 bad input, 3 a regression
-found by `compare --fail-on-regression`, 130 interrupted by SIGINT (Ctrl-C),
-143 interrupted by SIGTERM, 1 anything else.
+found by `compare --fail-on-regression`, 4 nothing the gate could judge (no pairs,
+too few, grids that differ, a run mostly infra errors), 129/130/143 interrupted by
+SIGHUP/SIGINT (Ctrl-C)/SIGTERM, 1 anything else.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ class RegressionFound(EvalpipeError):
     """The regression gate found a regression. Exit 3."""
 
     exit_code = 3
+
+
+class NotCompared(EvalpipeError):
+    """The regression gate had nothing it could judge (no matched cells or questions,
+    too few pairs, a run mostly infrastructure errors): never a silent pass. Exit 4."""
+
+    exit_code = 4
 
 
 class Interrupted(EvalpipeError):

@@ -335,7 +335,8 @@ class Run:
                                  "path": str(cache.path)}
             self.echo(f"generation cache: {cache.hits} replies reused, {cache.misses} generated")
         scores = score_run(store)
-        infra = sum(g.get("n_infra", 0) for g in scores["groups"])
+        # Each sample once: the groups count it under its suite and again under "all".
+        infra = sum(bool(s.get("infra")) for s in scores["samples"])
         if infra:
             self.echo(f"{infra} samples are infra errors (backend, timeout or tool sandbox): "
                       f"re-run them with `evalpipe run --resume {store.path} --retry-infra`")
