@@ -66,3 +66,9 @@ class Interrupted(EvalpipeError):
         super().__init__(message)
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+class DataWarning(UserWarning):
+    """Something in a run's files was wrong but could be read around (a torn last
+    record, a record written twice): a warning, never a stop. The command line
+    prints each as one `warning:` line."""

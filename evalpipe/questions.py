@@ -1,21 +1,23 @@
-"""Question records: schema, loading through HF datasets, validation.
+"""Question records: schema, loading, validation.
 
-A local JSONL file is read with the datasets `text` builder, one row per line,
-so that every error names the line it comes from and mixed-type fields (an
-answer that is a number in one record and a string in the next) never meet
-Arrow's schema inference. Parquet/CSV files and Hub dataset names go through
-`load_dataset` directly; their "line" is the row number.
+A local JSONL file is read line by line (evalpipe.jsonl.records), so that every
+error names the line it comes from (a line that is not UTF-8 or not JSON, NUL
+bytes) and mixed-type fields (an answer that is a number in one record and a
+string in the next) never meet Arrow's schema inference; a file with no record
+is an error of its own. Parquet/CSV files and Hub dataset names go through HF
+datasets' `load_dataset`; their "line" is the row number, and a file it cannot
+read is one InputError.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalpipe import jsonl
 from evalpipe.errors import InputError
 from evalpipe.plans import check_value
 from evalpipe.tools.schema_only import definition_problem
@@ -160,33 +162,25 @@ def _rows(source: str) -> Iterable[tuple[int, Any]]:
 
         yield from enumerate(category_records(source[len(BFCL_SOURCE):]), start=1)
         return
+    path = Path(source)
+    if path.suffix in (".jsonl", ".json") and path.is_file():
+        # Line by line, so a bad line (not UTF-8, not JSON, NUL bytes) is named by number.
+        yield from jsonl.records(path)
+        return
     import datasets
 
     datasets.disable_progress_bars()
-    path = Path(source)
-    if path.suffix in (".jsonl", ".json") and path.is_file():
-        lines = datasets.load_dataset("text", data_files=str(path), split="train")
-        for number, row in enumerate(lines, start=1):
-            text = row["text"].strip()
-            if not text:
-                continue
-            try:
-                yield number, json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                 file=source, line=number, expected="one JSON object per line")
-        return
-    if path.suffix in (".parquet", ".csv") and path.is_file():
-        table = datasets.load_dataset(path.suffix[1:], data_files=str(path), split="train")
-    elif path.exists():
+    if path.exists() and not (path.suffix in (".parquet", ".csv") and path.is_file()):
         raise InputError("unsupported question file", file=source,
                          expected=".jsonl, .json, .parquet or .csv")
-    else:
-        try:
-            table = datasets.load_dataset(source, split="train")
-        except Exception as exc:  # noqa: BLE001 -- the Hub is unreachable or the name is unknown
-            raise InputError(f"cannot load question set ({type(exc).__name__}: {exc})",
-                             file=source, expected="a local file or a reachable dataset name")
+    try:
+        table = (datasets.load_dataset(path.suffix[1:], data_files=str(path), split="train")
+                 if path.exists() else datasets.load_dataset(source, split="train"))
+    except Exception as exc:  # noqa: BLE001 -- an empty or broken file, an unknown name, no Hub
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise InputError(f"cannot load question set ({type(exc).__name__}: {first})",
+                         file=source, expected="a readable file or a reachable dataset name"
+                         ) from None
     for number, row in enumerate(table, start=1):
         yield number, {k: v for k, v in row.items() if v is not None}
 

@@ -303,7 +303,7 @@ class Run:
 
     def _probe(self, runtime: CellRuntime) -> None:
         """The latency probe of one cell (evalpipe.probe), once per run: probe.jsonl."""
-        probed = {r["cell_id"] for r in self.store.iter_samples(self.store.probe_path)}
+        probed = {r["cell_id"] for r in self.store.iter_records(self.store.probe_path)}
         if runtime.cell_id in probed:
             return  # probed before this run was resumed
         questions = probe_questions(self.questions, self.config.latency_probe)

@@ -21,13 +21,14 @@ import platform
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from evalpipe import jsonl
-from evalpipe.errors import EvalpipeError, InputError, StorageError
+from evalpipe.errors import DataWarning, EvalpipeError, InputError, StorageError
 from evalpipe.identity import sample_key
 from evalpipe.questions import Question, load_questions
 
@@ -139,6 +140,13 @@ class RunStore:
             return json.loads((self.path / name).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise InputError(f"no {name} in run directory", file=str(self.path)) from None
+        except (ValueError, RecursionError) as exc:  # not JSON, or not UTF-8
+            raise InputError(f"unreadable ({type(exc).__name__}: {str(exc)[:200]})",
+                             file=str(self.path / name), expected="the JSON evalpipe wrote"
+                             ) from None
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror or exc}",
+                             file=str(self.path / name)) from None
 
     def write_text(self, name: str, text: str) -> None:
         """Whole or not at all: a temp file renamed over the target."""
@@ -181,16 +189,36 @@ class RunStore:
             jsonl.append(path, samples)
 
     def iter_samples(self, path: Path | None = None) -> Iterator[dict[str, Any]]:
-        """Every complete record, streamed; a torn last line is dropped."""
-        yield from (record for _, record in jsonl.scan(path or self.samples_path))
+        """Every complete sample, streamed, once: a torn last line is dropped and a
+        second record of a (cell, question, repeat) is skipped, each with a DataWarning."""
+        path = path or self.samples_path
+        first: dict[tuple[str, str, int], int] = {}
+        for _, line, record in jsonl.scan(path):
+            try:
+                key = sample_key(record)
+            except (KeyError, TypeError, ValueError):
+                raise InputError("not a sample record", file=str(path), line=line,
+                                 expected="an object with cell_id and question_id") from None
+            if key in first:
+                warnings.warn(DataWarning(
+                    f"{path}:{line}: a second record of cell {key[0]!r}, question {key[1]!r}"
+                    + (f", repeat {key[2]}" if key[2] else "")
+                    + f" (the first is on line {first[key]}); only the first is counted"))
+                continue
+            first[key] = line
+            yield record
+
+    def iter_records(self, path: Path) -> Iterator[dict[str, Any]]:
+        """Every complete record of a JSON-lines file of the run (probe.jsonl), as written."""
+        yield from (record for _, _, record in jsonl.scan(path))
 
     def read_samples(self, repair: bool = False) -> list[dict[str, Any]]:
-        """Every complete record; a torn last line (from a kill mid-write) is dropped,
-        and with repair=True also cut from the file so appends continue cleanly."""
+        """Every complete sample, once; a torn last line (from a kill mid-write) is
+        dropped, and with repair=True also cut from the file so appends continue cleanly."""
         if repair:
             with storage(self.samples_path):
                 jsonl.repair(self.samples_path)
-        return jsonl.read(self.samples_path)
+        return list(self.iter_samples())
 
     def fold_retries(self) -> int:
         """Put the re-run samples of samples.retry.jsonl in place of their first

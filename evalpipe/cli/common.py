@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import functools
 import sys
+import warnings
 from pathlib import Path
 
 import click
 
-from evalpipe.errors import EvalpipeError
+from evalpipe.errors import DataWarning, EvalpipeError
 
 DEFAULT_CONFIG = "configs/default.yaml"
+_format_warning = warnings.formatwarning
+
+
+def _format(message, category, filename, lineno, line=None) -> str:
+    if issubclass(category, DataWarning):  # the file and line are in the message
+        return f"warning: {message}\n"
+    return _format_warning(message, category, filename, lineno, line)
+
+
+def show_data_warnings() -> None:
+    """Print each DataWarning (a torn or repeated record read around) as one line."""
+    warnings.formatwarning = _format
 
 
 def handle_errors(fn):
