@@ -216,10 +216,10 @@ class Run:
                                           f"--resume {self.store.path}", stop.signum)
                     self._finish(cache)  # a signal now lets the short finish complete
             except Interrupted as exc:
-                self._end("interrupted", str(exc))
+                self._end("interrupted", exc, str(exc))
                 raise
             except BaseException as exc:
-                self._end("failed", f"{type(exc).__name__}: {exc}")
+                self._end("failed", exc, f"{type(exc).__name__}: {exc}")
                 raise
         return self.store.path
 
@@ -254,7 +254,7 @@ class Run:
             parallel.repair_part(self.store.path, self.rank)
         seeds = self.config.repeat_seeds()
         self.manifest["repeats"] = {"requested": self.config.repeats, "seeds": seeds}
-        self.store.write_json("manifest.json", self.manifest)
+        self.store.write_manifest(self.manifest)
         self.begun = True
         if self.config.repeats > len(seeds):
             self.echo(f"repeats: {self.config.repeats} requested, but decoding is greedy "
@@ -292,7 +292,7 @@ class Run:
                 file=str(self.store.manifest_path), field="cells")
         self.manifest["cells"][cell.id] = {"fingerprint": runtime.fingerprint,
                                            "settings": runtime.settings, "model": facts}
-        self.store.write_json("manifest.json", self.manifest)
+        self.store.write_manifest(self.manifest)
 
     def _generate(self, engine: Engine, stop: _StopFlag) -> int:
         mine = parallel.shard(self.questions, self.rank, self.world)
@@ -343,18 +343,20 @@ class Run:
         manifest["finished"] = _now()
         manifest["status"] = "finished"
         store.write_json("manifest.json", manifest)
+        store.release()
         _point_latest(store.path)
 
-    def _end(self, status: str, error: str) -> None:
-        """Say in the manifest how the run ended; a full disk may refuse even that. A
-        resume that failed before it began leaves the run's manifest as it was."""
+    def _end(self, status: str, exc: BaseException, error: str) -> None:
+        """Say in the manifest how the run ended, with the space kept for it on a full
+        disk. If even that fails, an EvalpipeError's one line says so. A resume that
+        failed before it began leaves the run's manifest as it was."""
         if self.manifest is None or (self.resumed and not self.begun):
             return
         self.manifest.update(status=status, error=error, ended=_now())
-        try:
-            self.store.write_json("manifest.json", self.manifest)
-        except EvalpipeError:
-            pass
+        why = self.store.write_last_manifest(self.manifest)
+        if why is not None and isinstance(exc, EvalpipeError):
+            exc.args = (f"{exc}; the manifest could not be marked {status} either ({why}): "
+                        + "it still says running",)
 
     # -- helper ranks ----------------------------------------------------------------------
     def _execute_helper(self, engine: Engine) -> None:

@@ -9,6 +9,8 @@ outputs/<run_id>/
   scores.json       recomputable at any time from the two files above
   table.md          the score table
   .lock             held by the one process writing this run
+  .reserve          disk space kept while the run is written, so that its end (failed,
+                    interrupted) can be recorded in the manifest even on a full disk
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ class RunStore:
         self._lock_file.flush()
 
     def unlock(self) -> None:
+        self.release()
         if self._lock_file is not None:
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
@@ -129,6 +132,47 @@ class RunStore:
 
     def __exit__(self, *exc):
         self.unlock()
+
+    # -- the manifest, and the space its last write needs ---------------------------------
+    @property
+    def reserve_path(self) -> Path:
+        return self.path / ".reserve"
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        """Write manifest.json, then keep twice its size in reserve (best effort): the
+        write that records how the run ended must not fail for lack of space."""
+        self.write_json("manifest.json", manifest)
+        need = 2 * (self.manifest_path.stat().st_size + 4096)
+        with contextlib.suppress(OSError):
+            if not self.reserve_path.is_file() or self.reserve_path.stat().st_size < need:
+                with open(self.reserve_path, "ab") as f:
+                    try:
+                        os.posix_fallocate(f.fileno(), 0, need)
+                    finally:
+                        if not os.fstat(f.fileno()).st_size:  # nothing kept: no file
+                            self.release()
+
+    def write_last_manifest(self, manifest: dict[str, Any]) -> str | None:
+        """Record how the run ended, on a full disk too: the reserve is given up for
+        this write. Returns why the manifest could not be written, or None."""
+        failed = None
+        for _ in range(2):  # the second time with the reserve given up
+            try:
+                self.write_json("manifest.json", manifest)
+                failed = None
+                break
+            except StorageError as exc:
+                failed = str(exc).split("; what was written")[0]
+                if not self.reserve_path.exists():
+                    break
+                self.release()
+        self.release()
+        return failed
+
+    def release(self) -> None:
+        """Give the reserved space back (the run is no longer being written)."""
+        with contextlib.suppress(OSError):
+            self.reserve_path.unlink(missing_ok=True)
 
     # -- files -------------------------------------------------------------------------------
     def write_json(self, name: str, data: Any) -> None:

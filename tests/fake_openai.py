@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
 from helpers import write_jsonl
@@ -120,7 +120,7 @@ class FakeOpenAI:
         self.server.shutdown()
         self.server.server_close()
 
-    def __enter__(self) -> FakeOpenAI:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -115,9 +115,9 @@ def test_the_warning_is_one_line_on_the_command_line(finished):
     res = subprocess.run([sys.executable, "-m", "evalpipe", "score", str(finished)],
                          capture_output=True, text=True, check=False)
     assert res.returncode == 0
-    assert res.stderr.splitlines() == [
+    assert res.stderr.splitlines() == [(
         f"warning: {path}:7: a second record of cell 'scripted/-/none/no-rag', question "
-        "'q0' (the first is on line 1); only the first is counted"]
+        "'q0' (the first is on line 1); only the first is counted")]
 
 
 def test_a_record_that_is_not_a_sample_names_its_line(finished):
