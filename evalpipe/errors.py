@@ -69,6 +69,6 @@ class Interrupted(EvalpipeError):
 
 
 class DataWarning(UserWarning):
-    """Something in a run's files was wrong but could be read around (a torn last
-    record, a record written twice): a warning, never a stop. The command line
-    prints each as one `warning:` line."""
+    """Something in the files evalpipe reads or keeps was wrong and is worked around (a
+    torn last record, a record written twice, a broken generation cache): a warning,
+    never a stop. The command line prints each as one `warning:` line."""

@@ -332,7 +332,8 @@ class Run:
             self.echo(f"retried {retried} infra errors; {still} still failed")
         if cache is not None:
             manifest["cache"] = {"hits": cache.hits, "misses": cache.misses,
-                                 "path": str(cache.path)}
+                                 "path": str(cache.path),
+                                 **({"problem": cache.problem} if cache.problem else {})}
             self.echo(f"generation cache: {cache.hits} replies reused, {cache.misses} generated")
         scores = score_run(store)
         # Each sample once: the groups count it under its suite and again under "all".
