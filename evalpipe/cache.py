@@ -2,7 +2,7 @@
 
 The key is the model's identity (its describe() facts), the exact prompt and
 the generation settings that change outputs; batch size is left out because
-it only changes speed. Failed generations are never stored.
+it only changes speed. Failed generations and malformed replies are never stored.
 
 The cache is an optimisation, never a reason for a run to fail: a cache that
 cannot be opened, read or written (a corrupt file, a read-only or full disk, a
@@ -206,5 +206,6 @@ class _CachedSession(GenerationSession):
             return out
         out = self.inner.poll()
         fresh = [(self.keys.pop(key), gen) for key, gen in out]
-        self.cache._put_many([(k, gen) for k, gen in fresh if gen.finish_reason != "error"])
+        self.cache._put_many([(k, gen) for k, gen in fresh
+                              if gen.finish_reason not in ("error", "malformed")])
         return out

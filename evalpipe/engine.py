@@ -193,6 +193,11 @@ class Engine:
             c.turns.append(record.to_dict())
             c.stop("infra_error", gen.error)
             return
+        if gen.finish_reason == "malformed":  # the endpoint's reply did not fit the wire shape
+            record.malformed = gen.error or "malformed reply"
+            c.turns.append(record.to_dict())
+            c.stop("malformed_reply")
+            return
         if gen.tool_calls is not None:  # structured calls from an API; the text still holds
             text = cell.fmt.parse(gen.text, lenient=True)  # the answer and any <think> block
             parsed = strict = ParseResult(calls=gen.tool_calls, content=text.content,

@@ -11,7 +11,9 @@ The prompt of this backend is canonical JSON (sorted keys) of what is sent:
 key. Requests go out from a thread pool (`concurrency` in flight); 429, 5xx,
 timeouts and connection errors are retried with exponential backoff and
 jitter; a request that still fails becomes a Generation with
-finish_reason "error" (stop reason infra_error), never an exception.
+finish_reason "error" (stop reason infra_error), never an exception. A reply
+that does not fit the wire shape (backends/openai_reply.py) becomes one with
+finish_reason "malformed" (stop reason and category malformed_reply).
 
 The API key is read from the environment variable named by `api_key_env` at
 each request and never stored on the backend, in describe() or in errors.
@@ -29,6 +31,7 @@ from typing import Any
 
 from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings, run_dry
 from evalpipe.backends.http_client import Circuit, HttpClient, RequestFailed
+from evalpipe.backends.openai_reply import MalformedReply
 from evalpipe.errors import InputError
 from evalpipe.formats.openai import wire_messages, wire_tools
 from evalpipe.records import Generation
@@ -121,6 +124,9 @@ class OpenAIBackend(Backend):
             reply = self.client.post(path, body, circuit)
         except RequestFailed as exc:
             return Generation("", finish_reason="error", error=self.client.clean(str(exc)))
+        except MalformedReply as exc:  # a verdict on the endpoint: recorded, not retried
+            return Generation(self.client.clean(exc.excerpt), finish_reason="malformed",
+                              error=self.client.clean(exc.reason))
         except Exception as exc:  # noqa: BLE001 - an odd reply fails this prompt, not the batch
             return Generation("", finish_reason="error",
                               error=self.client.clean(f"openai backend: {type(exc).__name__}: {exc}"))

@@ -48,7 +48,8 @@ class ReplayBackend(Backend):
             else:
                 out.append(Generation(turn["raw"], turn.get("prompt_tokens", 0),
                                       turn.get("completion_tokens", 0), turn.get("prefill_ms", 0.0),
-                                      turn.get("decode_ms", 0.0), turn.get("finish_reason", "stop")))
+                                      turn.get("decode_ms", 0.0), turn.get("finish_reason", "stop"),
+                                      error=turn.get("malformed")))
         if progress is not None:
             progress(len(prompts))
         return out

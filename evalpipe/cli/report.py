@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from evalpipe.cli.common import handle_errors, write_output
+from evalpipe.cli.common import echo, handle_errors, write_output
 from evalpipe.errors import NotCompared, RegressionFound
 from evalpipe.report import REPORT_FORMATS as FORMATS
 
@@ -35,7 +35,7 @@ def report(run_dir, fmt, out, plots_dir, standalone, max_samples, allow_partial)
 
     text = api.report(run_dir, fmt, plots_dir=plots_dir, standalone=standalone,
                       max_samples=max_samples, allow_partial=allow_partial,
-                      warn=lambda line: click.echo(line, err=True))
+                      warn=lambda line: echo(line, err=True))
     write_output(text, out)
 
 
