@@ -204,6 +204,7 @@ class _CachedSession(GenerationSession):
         if self.ready:
             out, self.ready = self.ready, []
             return out
+        self.inner.should_stop = self.should_stop  # the backend's session is the one that stops
         out = self.inner.poll()
         fresh = [(self.keys.pop(key), gen) for key, gen in out]
         self.cache._put_many([(k, gen) for k, gen in fresh

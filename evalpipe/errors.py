@@ -60,7 +60,8 @@ class NotCompared(EvalpipeError):
 
 
 class Interrupted(EvalpipeError):
-    """SIGINT or SIGTERM stopped the run; exit 128 + the signal number (130, 143)."""
+    """SIGHUP, SIGINT or SIGTERM stopped the run; exit 128 + the signal number (129, 130,
+    143)."""
 
     def __init__(self, message: str, signum: int):
         super().__init__(message)

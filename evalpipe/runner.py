@@ -124,8 +124,11 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
 
 
 class _StopFlag:
-    """SIGINT / SIGTERM while a run generates: the first stops new conversations
-    (those in flight finish and are written), a second one stops at once."""
+    """SIGINT / SIGTERM / SIGHUP while a run generates: the first starts no new
+    conversation or turn (requests in flight come back, a local model stops at its next
+    decode step, conversations that ended are written), a second one stops at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self):
         self.signum: int | None = None
@@ -133,7 +136,7 @@ class _StopFlag:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():  # signals reach only it
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in self.SIGNALS:
                 self._saved[signum] = signal.signal(signum, self._handle)
         return self
 
@@ -146,8 +149,8 @@ class _StopFlag:
             raise Interrupted(f"{signal.Signals(signum).name} again: stopped at once; continue "
                               "with --resume RUN_DIR", signum)
         self.signum = signum
-        print(f"{signal.Signals(signum).name}: no new conversations; finishing those in flight "
-              "(send it again to stop at once)", file=sys.stderr, flush=True)
+        print(f"{signal.Signals(signum).name}: no new conversations or turns; finishing the "
+              "requests in flight (send it again to stop at once)", file=sys.stderr, flush=True)
 
     def __bool__(self) -> bool:
         return self.signum is not None
@@ -414,7 +417,8 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
                 desc = cell.id if len(seeds) == 1 else f"{cell.id} #{r + 1}/{len(seeds)}"
                 with tqdm(total=len(mine), initial=len(mine) - len(left), desc=desc,
                           unit="q", dynamic_ncols=True, disable=not progress) as bar:
-                    for samples in engine.run(repeat, pending, run_id, progress=bar.update):
+                    for samples in engine.run(repeat, pending, run_id, progress=bar.update,
+                                              stop=(lambda: bool(stop)) if stop is not None else None):
                         write([s.to_dict() for s in samples])
                         count += len(samples)
             if after_cell is not None and not stop:  # the model is still loaded

@@ -102,6 +102,7 @@ class FakeOpenAI:
     held: threading.Event = field(default_factory=threading.Event)
     closing: threading.Event = field(default_factory=threading.Event)
     url: str = ""
+    open_requests: int = 0  # POSTs the server is still answering (or holding)
 
     def __post_init__(self):
         self.lock = threading.Lock()
@@ -154,11 +155,14 @@ def _handler(fake: FakeOpenAI):
             body = json.loads(raw)
             with fake.lock:
                 fake.requests.append((self.path, body))
-            reply = fake.respond(self.path, body)
+                fake.open_requests += 1
             try:
-                self._reply(reply)
+                self._reply(fake.respond(self.path, body))
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up on this request
+            finally:
+                with fake.lock:
+                    fake.open_requests -= 1
 
         def _reply(self, reply: Reply):
             if isinstance(reply, Json):

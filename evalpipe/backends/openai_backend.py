@@ -26,7 +26,8 @@ and keeps `concurrency` of them in flight.
 from __future__ import annotations
 
 import json
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+import queue
+import threading
 from typing import Any
 
 from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings, run_dry
@@ -169,32 +170,50 @@ def from_config(model: dict[str, Any]) -> OpenAIBackend:
 class _InFlightSession(GenerationSession):
     """Each submitted prompt goes out at once (up to `concurrency` in flight); `poll`
     returns the replies that have arrived, so a conversation's next turn is sent while
-    other requests are still running and the server's batch stays full."""
+    other requests are still running and the server's batch stays full.
+
+    The requests run in daemon threads: a process stopped at once (a second SIGTERM)
+    exits without waiting for a server that holds its requests open (pool threads
+    would be joined at exit, for as long as each request takes)."""
 
     def __init__(self, backend: OpenAIBackend, settings: GenerationSettings):
         super().__init__(backend, settings)
         self.openai = backend  # typed: the base class knows it only as a Backend
         self.circuit = Circuit()
-        self.pool: ThreadPoolExecutor | None = None
-        self.futures: dict[Future, Any] = {}
+        self.jobs: queue.Queue[tuple[Any, str] | None] = queue.Queue()
+        self.replies: queue.Queue[tuple[Any, Generation]] = queue.Queue()
+        self.in_flight = 0
+        self.workers = 0  # threads started and not yet told to stop
 
     @property
     def pending(self) -> int:
-        return len(self.futures)
+        return self.in_flight
 
     def submit(self, key, prompt: str) -> None:
-        if self.pool is None:
-            self.pool = ThreadPoolExecutor(max_workers=self.openai.concurrency,
-                                           thread_name_prefix="openai")
-        future = self.pool.submit(self.openai._generate_one, prompt, self.settings, self.circuit)
-        self.futures[future] = key
+        self.in_flight += 1
+        self.jobs.put((key, prompt))
+        if self.workers < min(self.openai.concurrency, self.in_flight):
+            self.workers += 1
+            threading.Thread(target=self._work, name="openai", daemon=True).start()
+
+    def _work(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            key, prompt = job
+            self.replies.put((key, self.openai._generate_one(prompt, self.settings,
+                                                             self.circuit)))
 
     def poll(self):
-        if not self.futures:
+        if not self.in_flight:
             return []
-        done, _ = wait(self.futures, return_when=FIRST_COMPLETED)
-        out = [(self.futures.pop(f), f.result()) for f in done]  # _generate_one never raises
-        if not self.futures:  # idle: let the threads go until the next submit
-            self.pool.shutdown(wait=False)
-            self.pool = None
+        out = [self.replies.get()]  # _generate_one never raises
+        while True:
+            try:
+                out.append(self.replies.get_nowait())
+            except queue.Empty:
+                break
+        self.in_flight -= len(out)
+        if not self.in_flight:  # idle: let the threads go until the next submit
+            for _ in range(self.workers):
+                self.jobs.put(None)
+            self.workers = 0
         return out

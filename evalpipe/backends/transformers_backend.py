@@ -272,6 +272,9 @@ class _LoopSession(GenerationSession):
 
     def poll(self):
         while self.decoder.pending:
+            if self.should_stop():  # between decode steps: what is unfinished is dropped
+                self.decoder.cancel()
+                break
             done = self.decoder.step()
             if done:
                 return [(key, self.backend._generation(row)) for key, row in done]

@@ -40,7 +40,7 @@ def run(config_path, limit, out_root, models, suites, dtype, sets, resume_dir, r
     Writes outputs/<run_id>/ with manifest.json, questions.jsonl, samples.jsonl,
     scores.json and table.md, and points outputs/latest at it once it finished. Replies
     are cached (~/.cache/evalpipe/generations.sqlite) so a re-run pays only for what
-    changed. Exit codes: 0 finished, 2 bad input, 130/143 interrupted (SIGINT/SIGTERM;
+    changed. Exit codes: 0 finished, 2 bad input, 129/130/143 interrupted (SIGHUP/SIGINT/SIGTERM;
     continue with --resume), 1 anything else.
     """
     from evalpipe import api
