@@ -1,7 +1,8 @@
 """A persistent generation cache (SQLite), so no run pays twice for a reply.
 
-The key is the model's identity (its describe() facts), the exact prompt and
-the generation settings that change outputs; batch size is left out because
+The key is the model's identity (its describe() facts, with a local model's weights
+digest, and what a server says it runs: Backend.served_identity), the exact prompt
+and the generation settings that change outputs; batch size is left out because
 it only changes speed. Failed generations and malformed replies are never stored.
 
 The cache is an optimisation, never a reason for a run to fail: a cache that
@@ -46,7 +47,7 @@ class GenerationCache:
     def __init__(self, path: str | Path | None = None):
         self.problem: str | None = None  # why the cache was given up; None while it works
         self._lock = threading.Lock()
-        self._model_keys: dict[int, str] = {}
+        self._model_keys: dict[int, str | None] = {}
         self.hits = self.misses = 0
         self._db: sqlite3.Connection | None = None
         self.path = Path(path or os.environ.get("EVALPIPE_GENERATION_CACHE")
@@ -81,19 +82,33 @@ class GenerationCache:
             with contextlib.suppress(sqlite3.Error):
                 db.close()
 
-    def _model_key(self, backend: Backend) -> str:
+    def _model_key(self, backend: Backend) -> str | None:
+        """The model part of `backend`'s keys; None when what answers behind it cannot
+        be identified (its server did not answer the probe): then nothing is read from or
+        written to the cache for it."""
         if id(backend) not in self._model_keys:
-            self._model_keys[id(backend)] = self.model_key(backend.describe())
+            served = backend.served_identity()
+            if served is not None and "unknown" in served:
+                warnings.warn(DataWarning(
+                    f"generation cache: not used for model {backend.model_id!r}: the model "
+                    f"its server runs could not be identified ({served['unknown']})"),
+                    stacklevel=3)
+                self._model_keys[id(backend)] = None
+            else:
+                self._model_keys[id(backend)] = self.model_key(backend.describe(), served)
         return self._model_keys[id(backend)]
 
     @staticmethod
-    def model_key(facts: dict) -> str:
+    def model_key(facts: dict, served: dict | None = None) -> str:
         """The model part of a key, from backend.describe() facts (as a manifest records
-        them), so a reply can be looked up without loading the model. Where the model
-        sits and which kernel multiplies on this machine are left out: like the batch
-        size, they move logits by rounding only."""
-        return json.dumps({k: v for k, v in facts.items() if k not in MACHINE_FACTS},
-                          sort_keys=True, default=str)
+        them), so a reply can be looked up without loading the model, and what the
+        server says it runs (Backend.served_identity, recorded as cells[...]["served"]).
+        Where the model sits and which kernel multiplies on this machine are left out:
+        like the batch size, they move logits by rounding only."""
+        key = {k: v for k, v in facts.items() if k not in MACHINE_FACTS}
+        if served is not None:
+            key["served"] = served
+        return json.dumps(key, sort_keys=True, default=str)
 
     def lookup(self, model_key: str, prompt: str, settings: GenerationSettings
                ) -> Generation | None:
@@ -190,6 +205,10 @@ class _CachedSession(GenerationSession):
         return len(self.ready) + self.inner.pending
 
     def submit(self, key, prompt: str) -> None:
+        if self.model_key is None:  # not identified: the backend answers, nothing is kept
+            self.cache.misses += 1
+            self.inner.submit(key, prompt)
+            return
         cache_key = self.cache.key(self.model_key, prompt, self.settings)
         found = self.cache._get_many([cache_key])
         if cache_key in found:
@@ -206,7 +225,7 @@ class _CachedSession(GenerationSession):
             return out
         self.inner.should_stop = self.should_stop  # the backend's session is the one that stops
         out = self.inner.poll()
-        fresh = [(self.keys.pop(key), gen) for key, gen in out]
+        fresh = [(self.keys.pop(key), gen) for key, gen in out if key in self.keys]
         self.cache._put_many([(k, gen) for k, gen in fresh
                               if gen.finish_reason not in ("error", "malformed")])
         return out

@@ -286,7 +286,8 @@ class Run:
                 causes[(s.get("error") or "unknown").splitlines()[0][:200]] += 1
         return pairs, causes
 
-    def _record_cell(self, cell: Cell, runtime: CellRuntime, facts: dict) -> None:
+    def _record_cell(self, cell: Cell, runtime: CellRuntime, facts: dict,
+                     served: dict | None) -> None:
         recorded = self.manifest["cells"].get(cell.id)
         if recorded and recorded["fingerprint"] != runtime.fingerprint:
             raise InputError(
@@ -294,7 +295,8 @@ class Run:
                 "questions changed since it started); start a new run instead",
                 file=str(self.store.manifest_path), field="cells")
         self.manifest["cells"][cell.id] = {"fingerprint": runtime.fingerprint,
-                                           "settings": runtime.settings, "model": facts}
+                                           "settings": runtime.settings, "model": facts,
+                                           **({"served": served} if served is not None else {})}
         self.store.write_manifest(self.manifest)
 
     def _generate(self, engine: Engine, stop: _StopFlag) -> int:
@@ -384,7 +386,7 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
                questions: list[Question], mine: list[Question],
                done: set[tuple[str, str, int]], run_id: str,
                write: Callable[[list[dict]], None], *,
-               on_cell: Callable[[Cell, CellRuntime, dict], None] | None = None,
+               on_cell: Callable[[Cell, CellRuntime, dict, dict | None], None] | None = None,
                after_cell: Callable[[CellRuntime], None] | None = None,
                progress: bool = False, stop: _StopFlag | None = None) -> int:
     """Generate every (cell, question, repeat) of `mine` not yet `done`, one model loaded
@@ -401,10 +403,11 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
             continue
         backend = load_backend(model)
         facts = backend.describe()
+        served = backend.served_identity() if on_cell is not None else None
         for cell in model_cells:
             runtime = _runtime(cell, backend, facts, config, corpus, questions)
             if on_cell is not None:
-                on_cell(cell, runtime, facts)
+                on_cell(cell, runtime, facts, served)
             for r, seed in enumerate(seeds):
                 left = todo[(cell.id, r)]
                 if not left or stop:

@@ -124,3 +124,11 @@ class Backend(ABC):
     def describe(self) -> dict[str, Any]:
         """Facts for the manifest and the cell fingerprint."""
         return {"model_id": self.model_id}
+
+    def served_identity(self) -> dict[str, Any] | None:
+        """What the model that answers says it is, observed at run time, for a backend
+        whose describe() cannot know it (a server may swap the model behind a name):
+        part of the generation-cache key and recorded in the manifest, not in the
+        fingerprint. None: describe() identifies the model fully. A dict with
+        "unknown" (why): it could not be observed, so no cached reply may be used."""
+        return None

@@ -109,6 +109,27 @@ class HttpClient:
         tries = f" after {attempt + 1} attempt{'s' if attempt else ''}"
         raise RequestFailed(f"openai backend: POST {url} failed{tries}: {last}", False)
 
+    def get_json(self, path: str) -> Any:
+        """GET base_url + path once, as JSON (e.g. /models); None when it cannot be had."""
+        import requests
+
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            response = self._session().get(self.base_url + path, headers=self._headers(),
+                                           timeout=(min(10.0, self.timeout_s), self.timeout_s),
+                                           stream=True)
+        except requests.exceptions.RequestException:
+            return None
+        try:
+            if response.status_code != 200:
+                return None
+            raw = b"".join(self._pieces(response, deadline))
+            return json.loads(raw.decode("utf-8"))
+        except (RequestFailed, MalformedReply, ValueError, RecursionError):
+            return None
+        finally:
+            response.close()
+
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         """Exponential backoff with full jitter; a server's Retry-After is honoured
         (up to max_backoff_s)."""

@@ -25,6 +25,7 @@ and keeps `concurrency` of them in flight.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import queue
 import threading
@@ -32,12 +33,14 @@ from typing import Any
 
 from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings, run_dry
 from evalpipe.backends.http_client import Circuit, HttpClient, RequestFailed
-from evalpipe.backends.openai_reply import MalformedReply
+from evalpipe.backends.openai_reply import MalformedReply, check_values
 from evalpipe.errors import InputError
 from evalpipe.formats.openai import wire_messages, wire_tools
 from evalpipe.records import Generation
 
 MODES = ("chat", "text")
+# The probe of served_identity(): any fixed request whose greedy reply a model change alters.
+PROBE = "Count from 1 to 10 in words, then name the capital of France."
 STREAM_MODES = ("auto", "on", "off")
 CONFIG_KEYS = {"id", "backend", "base_url", "api_key_env", "concurrency", "timeout_s",
                "max_retries", "mode", "model", "stream", "backoff_s", "max_backoff_s",
@@ -82,6 +85,7 @@ class OpenAIBackend(Backend):
             self.template = ChatTemplate.from_spec(chat_template, stop=stop)
         self.stop = list(stop) if stop is not None else (self.template.stop if self.template
                                                          else [])
+        self._served: dict[str, Any] | None = None  # served_identity(), once observed
 
     # -- contract ----------------------------------------------------------------------------
     @property
@@ -100,6 +104,42 @@ class OpenAIBackend(Backend):
         if self.tool_choice is not None:
             facts["tool_choice"] = self.tool_choice
         return facts
+
+    def served_identity(self) -> dict[str, Any]:
+        """What answers behind `served_model`, asked once per backend: the server's
+        /models entry for it (without `created`, which some servers set to the time of
+        the request), and a fixed greedy probe's reply: the `model` the reply names and
+        a hash of its text and calls. A model swapped behind the same name changes the
+        probe's reply even where the server reports nothing new. {"unknown": why} when
+        the probe got no reply (the server is down)."""
+        if self._served is None:
+            self._served = self._observe()
+        return self._served
+
+    def _observe(self) -> dict[str, Any]:
+        listing = self.client.get_json("/models")
+        entries = listing.get("data") if isinstance(listing, dict) else None
+        listed = next((e for e in entries if isinstance(e, dict)
+                       and e.get("id") == self.served_model), None) \
+            if isinstance(entries, list) else None
+        try:  # it goes into the manifest: text a file can hold, nested a little
+            check_values(listed, "the /models entry", 8)
+        except MalformedReply:
+            listed = {"id": self.served_model, "unreadable": True}
+        prompt = self.render([{"role": "user", "content": PROBE}], None)
+        body = self._body(json.loads(prompt), GenerationSettings(max_new_tokens=24))
+        path = "/chat/completions" if body.pop("_mode") == "chat" else "/completions"
+        circuit = Circuit()
+        circuit.trip()  # one attempt: a dead server is not waited for twice
+        try:
+            reply = self.client.post(path, body, circuit)
+        except (RequestFailed, MalformedReply) as exc:
+            return {"unknown": self.client.clean(str(exc))[:300]}
+        calls = [c.to_dict() for c in reply.tool_calls or ()]
+        probe = hashlib.sha256(json.dumps([reply.text, calls], sort_keys=True,
+                                          ensure_ascii=False).encode()).hexdigest()[:16]
+        return {"listed": {k: v for k, v in listed.items() if k != "created"} if listed else None,
+                "model": reply.model, "probe": probe}
 
     def render(self, messages, tools):
         if self.mode == "text":

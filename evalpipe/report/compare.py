@@ -166,6 +166,18 @@ def settings_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return out
 
 
+def served_change(a: Any, b: Any) -> str:
+    """What differs between two runs' records of the model their server ran (manifest
+    cells[...]["served"]); "" when both match or either run did not record one."""
+    if not isinstance(a, dict) or not isinstance(b, dict) or "unknown" in a or "unknown" in b:
+        return ""
+    diff = settings_diff(a, b)
+    if any(d.startswith("probe:") for d in diff):
+        diff = [d if not d.startswith("probe:") else
+                "the reply to the probe differs" for d in diff]
+    return "; ".join(diff)
+
+
 def match_cells(a: RunData, b: RunData, strict: bool = False
                 ) -> tuple[list[tuple[str, str, str]], list[str]]:
     """[(a_cell, b_cell, how)] and warnings. A cell pairs with the B cell of the same
@@ -216,6 +228,11 @@ def match_cells(a: RunData, b: RunData, strict: bool = False
     for c in b.cells():
         if c not in used:
             warnings.append(f"cell {c!r} is only in B; not compared")
+    for ca, cb, _ in matches:  # the fingerprint leaves out what the server says it runs
+        changed = served_change(a.cell_info(ca).get("served"), b.cell_info(cb).get("served"))
+        if changed:
+            msg = f"cell {cb!r}: the served model changed ({changed})"
+            (refused if strict else warnings).append(msg)
     if refused:
         raise CompareRefused("--strict: cells are not the same experiment: "
                              + " | ".join(refused))
