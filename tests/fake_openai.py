@@ -93,6 +93,22 @@ def right_answer(body: dict[str, Any]) -> Reply:
     return Json(chat(f"The answer is {int(numbers[0]) + 1}." if numbers else "I do not know."))
 
 
+class Endpoint:
+    """The model behind a fake server's one name: version 1 answers "What is i plus 1?"
+    right, version 2 (swapped in behind the same name, reported alike) answers 0;
+    `down`: every request gets a 500."""
+
+    def __init__(self):
+        self.version, self.down = 1, False
+
+    def __call__(self, path: str, body: dict[str, Any]) -> Reply:
+        if self.down:
+            return Json({"error": {"message": "upstream down"}}, status=500)
+        numbers = re.findall(r"\d+", question_of(body))
+        right = int(numbers[0]) + 1 if numbers else 0
+        return Json(chat(f"The answer is {right if self.version == 1 else 0}."))
+
+
 @dataclass
 class FakeOpenAI:
     respond: Callable[[str, dict[str, Any]], Reply] = lambda path, body: right_answer(body)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_openai import FakeOpenAI, Json, chat, question_of, write_config
+from fake_openai import Endpoint, FakeOpenAI, write_config
 from helpers import REPO
 
 
@@ -28,21 +28,6 @@ def recipe(path: Path) -> str:
 
 def test_the_readme_script_is_the_documented_recipe():
     assert recipe(REPO / "README.md") == recipe(REPO / "docs" / "runs.md")
-
-
-class Endpoint:
-    """The model behind the fake server's one name: version 1 answers "What is i plus
-    1?" right, version 2 (swapped in behind the same name) answers 0."""
-
-    version = 1
-    down = False
-
-    def __call__(self, path, body):
-        if self.down:
-            return Json({"error": {"message": "upstream down"}}, status=500)
-        numbers = re.findall(r"\d+", question_of(body))
-        right = int(numbers[0]) + 1 if numbers else 0
-        return Json(chat(f"The answer is {right if self.version == 1 else 0}."))
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +74,7 @@ def nightly(site, tmp_path, *, config_change=None) -> subprocess.CompletedProces
 def endpoint(site):
     endpoint = site[0]
     yield endpoint
-    endpoint.version, endpoint.down = 1, False
+    endpoint.__init__()
 
 
 def test_a_healthy_night_passes(site, endpoint, tmp_path):
@@ -104,6 +89,7 @@ def test_a_server_down_all_night_fails_the_night(site, endpoint, tmp_path):
     assert res.returncode == 4, res.stdout + res.stderr
     assert "NOT COMPARED" in res.stdout
     assert "20 of 20 samples of B in the matched cells are infrastructure errors" in res.stderr
+    assert "20 samples are infra errors" in res.stdout  # each once: one cell, one suite
 
 
 def test_a_model_swapped_behind_the_same_name_fails_the_night(site, endpoint, tmp_path):

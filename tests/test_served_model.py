@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_openai import FakeOpenAI, Json, chat, question_of, write_config
+from fake_openai import Endpoint, FakeOpenAI, write_config
 
 
 def evalpipe(*args, env) -> subprocess.CompletedProcess:
@@ -29,25 +29,9 @@ def reused(res: subprocess.CompletedProcess) -> tuple[int, int]:
     return int(found.group(1)), int(found.group(2))
 
 
-class Model:
-    """What the fake server runs: version 1 answers right, version 2 answers 0; both
-    are listed and reply as "fake"."""
-
-    def __init__(self):
-        self.version = 1
-        self.down = False
-
-    def __call__(self, path, body):
-        if self.down:
-            return Json({"error": {"message": "down"}}, status=500)
-        numbers = re.findall(r"\d+", question_of(body))
-        right = int(numbers[0]) + 1 if numbers else 0
-        return Json(chat(f"The answer is {right if self.version == 1 else 0}."))
-
-
 @pytest.fixture
 def served(tmp_path):
-    model = Model()
+    model = Endpoint()
     with FakeOpenAI(respond=model) as server:
         env = dict(os.environ, EVALPIPE_GENERATION_CACHE=str(tmp_path / "gen.sqlite"))
         config = write_config(tmp_path, server.url, n=20, toolsets=("none",))
@@ -99,7 +83,7 @@ def test_a_server_that_names_another_model_in_its_replies(served):
         reply.data["model"] = "fake-2025-06-01"
         return reply
 
-    model.__class__ = type("Renamed", (Model,), {"__call__": lambda self, p, b: renamed(p, b)})
+    model.__class__ = type("Renamed", (Endpoint,), {"__call__": lambda self, p, b: renamed(p, b)})
     res = evalpipe("run", "--config", config, "--out", out, env=env)
     assert reused(res) == (0, 20)
     strict = evalpipe("compare", run_a, latest(out), "--strict", env=env)
@@ -118,7 +102,7 @@ def test_a_server_that_cannot_be_identified_is_never_answered_from_the_cache(ser
     assert notes == [("warning: generation cache: not used for model 'fake': the model its "
                       f"server runs could not be identified (openai backend: POST "
                       f"{model_url(config)}/chat/completions failed after 1 attempt: HTTP 500: "
-                      "down)")]
+                      "upstream down)")]
     samples = (latest(out) / "samples.jsonl").read_text().splitlines()
     assert {json.loads(line)["stop_reason"] for line in samples} == {"infra_error"}
 

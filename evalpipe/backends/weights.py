@@ -6,7 +6,8 @@ training checkpoints are neither read nor hashed). It enters the model's describ
 facts, so a folder whose weights change in place gets a new cell fingerprint and
 new generation-cache keys: the cache never answers for the old weights.
 
-Hashing 500 MB takes about a second, so each file's sha256 is remembered in the user
+Hashing takes a while (0.68 s for smollm2-135m's 517 MB folder on a 2-core AMD EPYC,
+the files in the page cache), so each file's sha256 is remembered in the user
 cache (weight-digests/) under a key of its real path, size, modification time (ns)
 and inode: a later run only stats the files. A file rewritten in place (a new
 mtime) or replaced by another (a new inode) is hashed again.
