@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from fake_openai import FakeOpenAI, Hang, Json, Trickle, chat, write_config
+from fake_openai import FakeOpenAI, Hang, Json, Trickle, chat, question_of, write_config
 
 HANG_GUARD_S = 240  # never reached when things work; the hang a regression would be
 
@@ -43,13 +43,19 @@ class Lines:
                 self.seen.set()
 
 
+def questions_only(reply):
+    """`reply` to the run's questions; the served-model probe before them is answered,
+    so what the server holds is a request of the agent loop."""
+    return lambda path, body: reply if "plus" in question_of(body) else Json(chat("1 2 3"))
+
+
 def manifest(out: Path) -> dict:
     (run_dir,) = [p for p in out.iterdir() if p.name != "latest"]
     return json.loads((run_dir / "manifest.json").read_text())
 
 
 def test_a_second_sigterm_exits_while_the_server_still_holds_the_request(tmp_path):
-    with FakeOpenAI(respond=lambda path, body: Hang()) as server:
+    with FakeOpenAI(respond=questions_only(Hang())) as server:
         config = write_config(tmp_path, server.url, n=4, timeout_s=600, concurrency=4)
         proc = start(config, tmp_path / "o", tmp_path)
         stderr = Lines(proc, "no new conversations")
@@ -70,7 +76,7 @@ def test_a_second_sigterm_exits_while_the_server_still_holds_the_request(tmp_pat
 
 
 def test_a_reply_that_trickles_one_byte_at_a_time_meets_timeout_s(tmp_path):
-    with FakeOpenAI(respond=lambda path, body: Trickle()) as server:
+    with FakeOpenAI(respond=questions_only(Trickle())) as server:
         config = write_config(tmp_path, server.url, n=2, timeout_s=2, stream="on")
         proc = start(config, tmp_path / "o", tmp_path)
         try:
@@ -86,7 +92,7 @@ def test_a_reply_that_trickles_one_byte_at_a_time_meets_timeout_s(tmp_path):
 
 
 def test_sighup_is_handled_like_sigterm(tmp_path):
-    with FakeOpenAI(respond=lambda path, body: Hang()) as server:
+    with FakeOpenAI(respond=questions_only(Hang())) as server:
         config = write_config(tmp_path, server.url, n=2, timeout_s=3)
         proc = start(config, tmp_path / "o", tmp_path)
         try:
