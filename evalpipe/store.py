@@ -176,8 +176,14 @@ class RunStore:
 
     # -- files -------------------------------------------------------------------------------
     def write_json(self, name: str, data: Any) -> None:
-        """Write whole or not at all: a temp file renamed over the target."""
-        self.write_text(name, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+        """Write whole or not at all: a temp file renamed over the target. Text that no
+        UTF-8 file can hold (a lone surrogate in an error message) is written escaped."""
+        text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = json.dumps(data, indent=2, ensure_ascii=True, default=str)
+        self.write_text(name, text + "\n")
 
     def read_json(self, name: str) -> Any:
         try:
