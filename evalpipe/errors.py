@@ -22,6 +22,7 @@ class InputError(EvalpipeError):
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
                  field: str | None = None, expected: str | None = None):
+        self.message = message
         self.file, self.line, self.field, self.expected = file, line, field, expected
         where = ":".join(str(p) for p in (file, line) if p is not None)
         parts = [where] if where else []
@@ -73,3 +74,7 @@ class DataWarning(UserWarning):
     """Something in the files evalpipe reads or keeps was wrong and is worked around (a
     torn last record, a record written twice, a broken generation cache): a warning,
     never a stop. The command line prints each as one `warning:` line."""
+
+
+__all__ = ["DataWarning", "EvalpipeError", "InfraError", "InputError", "Interrupted",
+           "ModelUnavailableError", "NotCompared", "RegressionFound", "StorageError"]

@@ -11,7 +11,9 @@ input files. One home for the rules.
   `repair` cuts it off so appends continue on a clean line. A bad line before
   good ones (not JSON, not UTF-8, NUL bytes) is corruption, not a kill: an
   InputError naming the file and line.
-- `records` reads an input file (question sets) where every line must be good.
+- Files a person wrote (question sets) are read by `records`: every line must be
+  a JSON value, a UTF-8 byte-order mark at the start is allowed, and each bad
+  line is an InputError naming it.
 """
 
 from __future__ import annotations
@@ -98,6 +100,39 @@ def _torn(path: Path, line: int) -> None:
                               "did not finish) and is left out"), stacklevel=3)
 
 
+def records(path: str | Path, errors: list[InputError] | None = None
+            ) -> Iterator[tuple[int, Any]]:
+    """(line number, record) of each non-blank line of a JSONL file a person wrote. A
+    line that is not UTF-8 JSON (NUL bytes and nesting too deep for Python included)
+    raises an InputError naming it, or, given `errors`, is added there and skipped (to
+    report every bad line at once)."""
+    file = str(path)
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8")
+                if number == 1:
+                    text = text.removeprefix("\ufeff")  # a byte-order mark, as editors write
+                if not text.strip():
+                    continue
+                record = json.loads(text)
+            except UnicodeDecodeError as exc:
+                problem = InputError(f"not UTF-8 ({exc.reason} at byte {exc.start + 1})",
+                                     file=file, line=number, expected="a UTF-8 text file")
+            except json.JSONDecodeError as exc:
+                problem = InputError(f"not valid JSON ({exc.msg} at column {exc.colno})",
+                                     file=file, line=number, expected=EXPECTED)
+            except RecursionError:
+                problem = InputError("nested too deeply", file=file, line=number,
+                                     expected=EXPECTED)
+            else:
+                yield number, record
+                continue
+            if errors is None:
+                raise problem
+            errors.append(problem)
+
+
 def read(path: str | Path) -> list[Any]:
     """Every complete record; a torn last line is dropped."""
     return [record for _, _, record in scan(path)]
@@ -116,25 +151,3 @@ def repair(path: str | Path) -> int:
         with open(path, "r+b") as f:
             f.truncate(good_end)
     return size - good_end
-
-
-def records(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """(line number, record) of an input file in which every non-blank line must be a
-    JSON value in UTF-8; the first that is not is an InputError naming its line."""
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, start=1):
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"not UTF-8 (byte {exc.start + 1} of the line)", file=str(path),
-                                 line=number, expected=EXPECTED) from None
-            if not text.strip():
-                continue
-            try:
-                yield number, json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                 file=str(path), line=number, expected=EXPECTED) from None
-            except RecursionError:
-                raise InputError("nested too deeply", file=str(path), line=number,
-                                 expected=EXPECTED) from None

@@ -1,12 +1,12 @@
 """Question records: schema, loading, validation.
 
-A local JSONL file is read line by line (evalpipe.jsonl.records), so that every
-error names the line it comes from (a line that is not UTF-8 or not JSON, NUL
-bytes) and mixed-type fields (an answer that is a number in one record and a
-string in the next) never meet Arrow's schema inference; a file with no record
-is an error of its own. Parquet/CSV files and Hub dataset names go through HF
-datasets' `load_dataset`; their "line" is the row number, and a file it cannot
-read is one InputError.
+A local JSONL file is read line by line (evalpipe.jsonl.records, as `evalpipe
+validate` reads it), so that every error names the line it comes from (a line
+that is not UTF-8 or not JSON, NUL bytes) and mixed-type fields (an answer that
+is a number in one record and a string in the next) never meet a table's schema
+inference; a file with no record is an error of its own. Parquet/CSV files and
+Hub dataset names go through HF datasets' `load_dataset`; their "line" is the
+row number, and a file it cannot read is one InputError.
 """
 
 from __future__ import annotations
@@ -164,8 +164,7 @@ def _rows(source: str) -> Iterable[tuple[int, Any]]:
         return
     path = Path(source)
     if path.suffix in (".jsonl", ".json") and path.is_file():
-        # Line by line, so a bad line (not UTF-8, not JSON, NUL bytes) is named by number.
-        yield from jsonl.records(path)
+        yield from jsonl.records(path)  # as `evalpipe validate` reads it
         return
     import datasets
 

@@ -78,6 +78,7 @@ class Generation:
     cached: bool = False
     prefix_tokens: int = 0  # prompt tokens served from the shared-prefix store
     prefill_compute_ms: float | None = None  # share of batched prefill time; None: unknown
+    model: str | None = None  # the model a server says answered (its reply's `model`)
 
 
 @dataclass

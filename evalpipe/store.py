@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -238,6 +239,18 @@ class RunStore:
         with storage(path):
             jsonl.append(path, samples)
 
+    @property
+    def judgements_path(self) -> Path:
+        return self.path / "judgements.jsonl"
+
+    def read_judgements(self) -> list[dict[str, Any]]:
+        """The judge's recorded verdicts (evalpipe.judge); [] when the run has none."""
+        return list(self.iter_records(self.judgements_path))
+
+    def write_judgements(self, records: Iterable[dict[str, Any]]) -> None:
+        """Replace judgements.jsonl whole (one record per judged sample)."""
+        self.write_text("judgements.jsonl", "".join(jsonl.dumps(r) for r in records))
+
     def iter_samples(self, path: Path | None = None) -> Iterator[dict[str, Any]]:
         """Every complete sample, streamed, once: a torn last line is dropped and a
         second record of a (cell, question, repeat) is skipped, each with a DataWarning."""
@@ -259,7 +272,8 @@ class RunStore:
             yield record
 
     def iter_records(self, path: Path) -> Iterator[dict[str, Any]]:
-        """Every complete record of a JSON-lines file of the run (probe.jsonl), as written."""
+        """Every complete record of a JSON-lines file of the run (probe.jsonl,
+        judgements.jsonl), as written; none when the file is absent."""
         yield from (record for _, _, record in jsonl.scan(path))
 
     def read_samples(self, repair: bool = False) -> list[dict[str, Any]]:
@@ -311,6 +325,18 @@ def require_finished(manifest: dict[str, Any], run_dir: Path, allow_partial: boo
         raise InputError(f"run is {status}, not finished{why}", file=str(run_dir / "manifest.json"),
                          field="status", expected="a finished run, or --allow-partial to read "
                          "the samples it has")
+
+
+_PLAIN_NAME = re.compile(r"[\w][\w.-]{0,99}")
+
+
+def run_name_problem(name: str) -> str | None:
+    """Why a name cannot be part of a run's folder name; None when it can. Names become
+    path components, so they are plain: no separator, no leading dot, no '..'."""
+    if _PLAIN_NAME.fullmatch(name) and ".." not in name:
+        return None
+    return (f"{name!r} cannot name a run folder: use letters, digits, '.', '_' and '-' "
+            "(at most 100, not starting with '.' or '-')")
 
 
 def new_run_id(name: str, config_hash: str) -> str:

@@ -195,9 +195,9 @@ def wire_run(tmp_path, replies, stream: bool):
     from fake_openai import FakeOpenAI, Json, Stream, chat
 
     from evalpipe import api
+    from evalpipe._report.show import find_samples, render_sample
     from evalpipe.cli.common import terminal_safe
     from evalpipe.config import parse_config
-    from evalpipe.report.show import find_samples, render_sample
     from evalpipe.runner import execute_run
 
     lock = threading.Lock()

@@ -1,5 +1,7 @@
 """The retrying HTTP client of the OpenAI backend: POSTs JSON to an
-OpenAI-compatible server and reads the reply (plain or streamed).
+OpenAI-compatible server and reads the reply (plain or streamed), checked field
+by field (backends/openai_reply.py), into the one record of a completion,
+records.Generation.
 
 429, 5xx, timeouts and connection errors are retried with exponential backoff
 and full jitter (a server's Retry-After is honoured); a server that streams
@@ -18,7 +20,6 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from evalpipe.backends.openai_reply import (
@@ -32,7 +33,7 @@ from evalpipe.backends.openai_reply import (
     read_body,
     tool_calls,
 )
-from evalpipe.records import ToolCall
+from evalpipe.records import Generation, ToolCall
 
 RETRY_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 
@@ -45,18 +46,6 @@ class RequestFailed(Exception):
 
 class StreamRejected(Exception):
     """The server refused the streaming form of a request (400/404/422)."""
-
-
-@dataclass
-class Reply:
-    text: str
-    tool_calls: list[ToolCall] | None
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    prefill_ms: float
-    decode_ms: float
-    model: str | None = None  # the model the server says answered (its reply's `model`)
 
 
 class Circuit:
@@ -87,9 +76,10 @@ class HttpClient:
         self._state_lock = threading.Lock()
         self._stream_usage: bool | None = None  # does the server send usage when streaming?
 
-    def post(self, path: str, body: dict[str, Any], circuit: Circuit) -> Reply:
-        """POST body to base_url + path, retried; raises RequestFailed (not retryable)
-        when every attempt failed."""
+    def post(self, path: str, body: dict[str, Any], circuit: Circuit) -> Generation:
+        """POST body to base_url + path, retried, and the reply as a Generation; raises
+        RequestFailed (not retryable) when every attempt failed, MalformedReply when the
+        reply does not fit the wire shape (never retried: the same server says the same)."""
         url = self.base_url + path
         attempts = 1 + (0 if circuit.open else self.max_retries)
         last: RequestFailed | None = None
@@ -162,7 +152,7 @@ class HttpClient:
         with self._state_lock:
             return self._stream_usage is not False
 
-    def _send(self, url: str, body: dict[str, Any]) -> Reply:
+    def _send(self, url: str, body: dict[str, Any]) -> Generation:
         if self._use_stream():
             try:
                 reply, had_usage = self._post_stream(url, body)
@@ -212,7 +202,7 @@ class HttpClient:
             raise RequestFailed(f"HTTP {response.status_code}: {text}", retryable, retry_after)
         return response
 
-    def _post(self, url: str, body: dict[str, Any]) -> Reply:
+    def _post(self, url: str, body: dict[str, Any]) -> Generation:
         start = time.monotonic()
         deadline = start + self.timeout_s
         response = self._request(url, dict(body, stream=False), deadline)
@@ -232,9 +222,9 @@ class HttpClient:
         else:
             text, calls = choice.text or "", None
         usage = data.usage or Usage()
-        return Reply(text, calls, _finish(choice.finish_reason, calls),
-                     usage.prompt_tokens or 0, usage.completion_tokens or 0, 0.0,
-                     (end - start) * 1000, data.model)
+        return Generation(text, usage.prompt_tokens or 0, usage.completion_tokens or 0, 0.0,
+                          (end - start) * 1000, _finish(choice.finish_reason, calls),
+                          tool_calls=calls, model=data.model)
 
     def _pieces(self, response, deadline: float) -> Iterator[bytes]:
         """The body as it arrives, within `deadline` for the whole of it (a server that
@@ -264,7 +254,7 @@ class HttpClient:
                                     True) from None
             raise RequestFailed(f"connection lost mid-reply ({_short(exc)})", True) from None
 
-    def _post_stream(self, url: str, body: dict[str, Any]) -> tuple[Reply, bool]:
+    def _post_stream(self, url: str, body: dict[str, Any]) -> tuple[Generation, bool]:
         start = time.monotonic()
         deadline = start + self.timeout_s
         response = self._request(url, dict(body, stream=True,
@@ -313,12 +303,13 @@ class HttpClient:
         if finish is None:
             raise RequestFailed("stream ended without a finish_reason", True)
         first = first or end
-        found = tool_calls([(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())],
-                           "the streamed tool_calls")
+        found = tool_calls([(c["id"], c["name"], c["arguments"])
+                            for _, c in sorted(calls.items())], "the streamed tool_calls")
         usage = usage or Usage()
-        reply = Reply("".join(text), found, _finish(finish, found),
-                      usage.prompt_tokens or 0, usage.completion_tokens or pieces,
-                      (first - start) * 1000, (end - first) * 1000, model)
+        reply = Generation("".join(text), usage.prompt_tokens or 0,
+                           usage.completion_tokens or pieces, (first - start) * 1000,
+                           (end - first) * 1000, _finish(finish, found), tool_calls=found,
+                           model=model)
         return reply, usage.prompt_tokens is not None or usage.completion_tokens is not None
 
     def clean(self, message: str) -> str:

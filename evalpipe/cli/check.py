@@ -17,7 +17,7 @@ from evalpipe.cli.common import echo, handle_errors
 def validate(paths, corpus):
     """Check question files or folders: schema, ids, tools, plans, gold spans."""
     from evalpipe import api
-    from evalpipe.validate import gold_warnings_paths
+    from evalpipe._validate import gold_warnings_paths
 
     errors = api.validate(paths, corpus=corpus)
     for line in errors:

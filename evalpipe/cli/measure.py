@@ -35,7 +35,7 @@ def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump)
     for name in formats.split(","):
         samples = run_format(backend, name, questions, max_new_tokens=max_new_tokens,
                              max_turns=turns)
-        echo(f"{name} {json.dumps(validity(samples, name).rates())}")
+        echo(f"{name} {json.dumps(validity(samples).rates())}")
         replies[name] = [t["raw"] for s in samples for t in s.turns]
     if dump:
         with open(dump, "w", encoding="utf-8") as f:

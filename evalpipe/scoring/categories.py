@@ -8,9 +8,12 @@ The ladder (DESIGN.md, "Failure categories"):
                          content, a name that is an object, a lone surrogate, nesting
                          deeper than the limit...): a failure of the endpoint under
                          test, counted in the rates (backends/openai_reply.py)
- 3. tool_failure         a tool raised or timed out on a call the model rightly made
-                         (a timeout, or an exception on a call matching a gold step);
-                         kept out of every rate like infra_error
+ 3. tool_failure         a tool failed (raised, timed out, bad result) before any
+                         mistake of the model was visible: the failed call and every
+                         call before it are asked for by the gold plan, and no reply up
+                         to it was malformed or invalid (plan.tool_failed); kept out of
+                         every rate like infra_error. Otherwise the model's mistake
+                         decides the rung, as if the tool had not failed.
  4. correct              exact match; for abstain questions: the model abstained
  5. malformed_call       a tool-call attempt did not parse (after the lenient parse)
  6. unknown_tool         a call named a tool that was not offered
@@ -53,9 +56,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 CATEGORIES = (
-    "infra_error", "malformed_reply", "tool_failure", "correct", "malformed_call", "unknown_tool", "invalid_arguments",
-    "turn_limit", "no_tool_call", "unneeded_tool_call", "wrong_plan", "misreported_result",
-    "retrieval_miss", "misread_context", "hallucinated_answer", "wrong_answer",
+    "infra_error", "malformed_reply", "tool_failure", "correct", "malformed_call", "unknown_tool",
+    "invalid_arguments", "turn_limit", "no_tool_call", "unneeded_tool_call", "wrong_plan",
+    "misreported_result", "retrieval_miss", "misread_context", "hallucinated_answer", "wrong_answer",
 )
 SCORER_ERROR = "scorer_error"  # not a rung: the scorer failed on the sample (scoring/run.py)
 # How reports list categories: correct first, then what is not the model's fault,
@@ -65,6 +68,7 @@ DISPLAY_ORDER = ("correct", "infra_error", "tool_failure", SCORER_ERROR,
 FLAGS = (
     "wrong_language", "abstained", "correct_without_retrieval", "repaired_format",
     "parallel_calls", "truncated_tool_output", "number_words", "length_limit", "tool_error",
+    "judged", "undecided",
 )
 
 
@@ -113,8 +117,8 @@ def decide(f: Facts) -> Verdict:
     if f.malformed_reply:
         return _verdict("malformed_reply", "the server's reply did not fit the wire shape")
     if f.tool_failure:
-        return _verdict("tool_failure", "a tool raised or timed out on a call the model "
-                        "rightly made")
+        return _verdict("tool_failure", "a tool failed on a call the model rightly made, "
+                        "before any mistake of the model")
     if f.correct:
         return _verdict("correct", "the model abstained" if f.abstain_gold
                         else "the extracted answer matches the gold")

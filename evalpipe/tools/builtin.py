@@ -113,7 +113,9 @@ _PY_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 def tool_from_callable(spec: str) -> Tool:
     """A user tool from 'package.module:function'; the schema comes from type hints
-    (int, float, str, bool) and the description from the docstring."""
+    (int, float, str, bool) and the description from the docstring. The module is
+    imported and the function runs in this process: trusted code, with evalpipe's
+    permissions (the thread a call runs in bounds its time, not what it may do)."""
     module_name, _, attr = spec.partition(":")
     try:
         fn: Callable[..., Any] = getattr(importlib.import_module(module_name), attr)
@@ -134,6 +136,9 @@ def tool_from_callable(spec: str) -> Tool:
     return Tool(fn.__name__, inspect.getdoc(fn) or fn.__name__, params, fn)
 
 
+SEARCH_TOOL = "search_site"  # the retrieval tool of cells with retrieval mode `tool`
+
+
 def search_site_tool(search: Callable[[str, int], list[dict[str, Any]]], k: int) -> Tool:
     """Retrieval offered as a tool (agentic RAG): returns the top-k chunks."""
 
@@ -142,7 +147,7 @@ def search_site_tool(search: Callable[[str, int], list[dict[str, Any]]], k: int)
 
     params = {"type": "object", "properties": {"query": {"type": "string", "maxLength": 500}},
               "required": ["query"], "additionalProperties": False}
-    return Tool("search_site", "Search the site's documents; returns the most relevant passages.",
+    return Tool(SEARCH_TOOL, "Search the site's documents; returns the most relevant passages.",
                 params, search_site)
 
 

@@ -20,17 +20,15 @@ Checks, per record:
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
-import sys
-import types
 import unicodedata
 from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
+from evalpipe import jsonl
+from evalpipe.corpus import CHUNK_SIZE
 from evalpipe.errors import InputError
 from evalpipe.questions import Question, load_questions, parse_question, question_files
 
@@ -97,11 +95,12 @@ def _close(a: float, b: float) -> bool:
 
 def _check_plan(q: Question, file: str, line: int) -> list[str]:
     from evalpipe.plans import execute_gold_plan
-    from evalpipe.tools import BUILTIN_TOOLS, build_toolset
+    from evalpipe.tools import BUILTIN_TOOLS
     from evalpipe.tools.schema_only import schema_tool
 
     errors = []
-    tools = known_tools() | {schema_tool(t).name for t in q.tools}  # and its own schema-only
+    own = {schema_tool(t).name for t in q.tools}  # the question's own schema-only tools
+    tools = known_tools() | own
     for i, step in enumerate(q.gold_calls or []):
         if step["name"] not in tools:
             suggestion = difflib.get_close_matches(step["name"], sorted(tools), n=1)
@@ -111,14 +110,15 @@ def _check_plan(q: Question, file: str, line: int) -> list[str]:
                                  "one of " + ", ".join(sorted(tools))))
     if errors or not q.gold_calls:
         return errors
-    if any(step["name"] not in BUILTIN_TOOLS for step in q.gold_calls):
-        return []  # search_site needs a retriever; its plan cannot be replayed here
-    try:
-        results = execute_gold_plan(q.gold_calls, build_toolset("math"))
-    except ValueError as exc:
-        return [_error(file, line, "gold_calls", f"the gold plan fails: {exc}",
+    if any(step["name"] not in BUILTIN_TOOLS or step["name"] in own for step in q.gold_calls):
+        # search_site needs a retriever, and a schema-only tool (BFCL's "multiply" too) has
+        # no implementation: such a plan cannot be replayed here
+        return []
+    run = execute_gold_plan(q.gold_calls)
+    for why in run.failed.values():  # the first failure; the steps after it need it
+        return [_error(file, line, "gold_calls", f"the gold plan fails: {why}",
                        "a plan the real tools can execute")]
-    final = results[q.gold_calls[-1]["id"]]
+    final = run.results[q.gold_calls[-1]["id"]]
     try:
         gold = float(q.answer)
     except (TypeError, ValueError):
@@ -217,7 +217,7 @@ def _unit_after_answer(text: str, q: Question) -> str | None:
 
 
 def gold_warnings(path: str | Path, corpus_root: str = "datasets/site",
-                  chunk_size: int = 800) -> list[str]:
+                  chunk_size: int = CHUNK_SIZE) -> list[str]:
     """Chunks that state a question's answer but that no gold passage covers.
 
     A chunk states the answer when one of its statements (a line or a sentence)
@@ -251,23 +251,46 @@ def gold_warnings(path: str | Path, corpus_root: str = "datasets/site",
         units = ({_unit_after_answer(texts.get(g["doc"], "")[g["start"]:g["end"]], q)
                   for g in q.gold_passages} if numeric else set())
         spans = [(g["doc"], g["start"], g["end"]) for g in q.gold_passages]
+        gold_docs = {g["doc"] for g in q.gold_passages}
         for c in chunks:
             if any(covers((c.doc, c.start, c.end), g) for g in spans):
                 continue
+            chunk_words = set(text_key(c.text).split())
             for statement in _STATEMENT.split(c.text):
                 if not statement.strip() or not span_contains_answer(statement, q):
                     continue
                 if numeric and _unit_after_answer(statement, q) not in units:
                     continue
-                if len(rare & set(text_key(statement).split())) >= MIN_SHARED_WORDS:
+                words = set(text_key(statement).split())
+                kind = ""
+                if statement.lstrip().startswith("|"):  # a table row reads with its header
+                    words |= set(text_key(_table_header(texts.get(c.doc, ""), c.start
+                                                        + c.text.find(statement))).split())
+                    kind = "a table row, with its header, "
+                if c.doc in gold_docs and len(rare & chunk_words) >= MIN_SHARED_WORDS:
+                    # the post the gold is in: its other chunks speak of the same thing
+                    words |= chunk_words
+                    kind = "another chunk of the gold's post, "
+                if len(rare & words) >= MIN_SHARED_WORDS:
                     shown = statement.strip()
                     shown = shown if len(shown) <= 80 else shown[:77] + "..."
                     line = q.source.rsplit(":", 1)[1] if q.source else "?"
                     out.append(f"{path}:{line}: gold_passages: {q.id}: the answer "
-                               f"{q.answer!r} also occurs in {c.doc}:{c.start}-{c.end} "
+                               f"{q.answer!r} also occurs in {kind}{c.doc}:{c.start}-{c.end} "
                                f"({shown!r}), which no gold passage covers")
                     break
     return out
+
+
+def _table_header(text: str, at: int) -> str:
+    """The first row of the markdown table whose row starts at `at` in the text."""
+    lines = text[:max(at, 0)].split("\n")
+    header = ""
+    for line in reversed(lines[:-1] if lines and not lines[-1].strip() else lines):
+        if not line.lstrip().startswith("|"):
+            break
+        header = line
+    return header
 
 
 def gold_warnings_paths(paths: list[str], corpus_root: str = "datasets/site") -> list[str]:
@@ -281,26 +304,6 @@ def gold_warnings_paths(paths: list[str], corpus_root: str = "datasets/site") ->
     return out
 
 
-def _records(path: Path, file: str) -> tuple[list[tuple[int, Any]], list[str]]:
-    """(line, decoded record) for each non-blank line, and the errors of the others."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        return [], [_error(file, None, None, f"not UTF-8 ({exc.reason})", "a UTF-8 text file")]
-    records, errors = [], []
-    for number, text in enumerate(raw.split("\n"), start=1):
-        text = text.strip().lstrip("\ufeff")
-        if not text:
-            continue
-        try:
-            records.append((number, json.loads(text)))
-        except json.JSONDecodeError as exc:
-            errors.append(_error(file, number, None,
-                                 f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                 "one JSON object per line"))
-    return records, errors
-
-
 def validate_file(path: str | Path, corpus: _Corpus | str = "datasets/site") -> list[str]:
     """Every problem in one question file."""
     if isinstance(corpus, str):
@@ -312,7 +315,9 @@ def validate_file(path: str | Path, corpus: _Corpus | str = "datasets/site") -> 
     questions: list[tuple[int, Question]] = []
     errors: list[str] = []
     if path.suffix in _LINE_SUFFIXES:
-        records, errors = _records(path, file)
+        problems: list[InputError] = []
+        records = list(jsonl.records(path, errors=problems))  # as a run reads the file
+        errors = [str(p) for p in problems]
         for number, record in records:
             try:
                 questions.append((number, parse_question(record, file=file, line=number)))
@@ -370,14 +375,3 @@ def validate(paths: str | Path | Iterable[str | Path], *,
     """Every problem in question files or folders, one line each; [] when valid."""
     items = [paths] if isinstance(paths, (str, Path)) else list(paths)
     return validate_paths([str(p) for p in items], corpus_root=str(corpus))
-
-
-class _PublicModule(types.ModuleType):
-    """Importing this module makes `evalpipe.validate` the module, not the API function
-    of that name; calling the module calls the function, so both spellings work."""
-
-    def __call__(self, *args, **kwargs):
-        return validate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _PublicModule

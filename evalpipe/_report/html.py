@@ -13,9 +13,9 @@ import json
 from typing import Any
 
 from evalpipe.prompts import block_texts
-from evalpipe.report.build import MAIN_METRICS, metric_label
-from evalpipe.report.load import RunData
-from evalpipe.report.render import (
+from evalpipe._report.build import MAIN_METRICS, metric_label
+from evalpipe._report.load import RunData
+from evalpipe._report.render import (
     COST_NOTE,
     accuracy_grid,
     audit_grid,

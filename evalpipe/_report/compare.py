@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from evalpipe.errors import InputError
-from evalpipe.report.load import RunData
+from evalpipe._report.load import RunData
 from evalpipe.scoring.stats import Z80, Z95, cluster_bootstrap, detectable_difference
 
 METRICS = ("exact", "format_valid", "plan_exact", "recall@k")
@@ -514,7 +514,7 @@ def _summary_line(cmp: Comparison) -> str:
 
 
 def render_markdown(cmp: Comparison) -> str:
-    from evalpipe.report.tables import markdown_table
+    from evalpipe._report.tables import markdown_table
 
     def esc(s: str) -> str:
         return s.replace("|", "\\|")

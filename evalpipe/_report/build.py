@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalpipe.report.load import RunData, baseline_cells, cell_facets, model_parameters
-from evalpipe.report.tables import CATEGORY_ORDER
+from evalpipe._report.load import RunData, baseline_cells, cell_facets, model_parameters
+from evalpipe._report.tables import CATEGORY_ORDER
 from evalpipe.scoring.cost import probe_summary
 from evalpipe.scoring.stats import wilson
 
@@ -141,4 +141,5 @@ def build_report(run: RunData) -> dict[str, Any]:
             "rescored": run.rescored, "suites": suites, "cells": cell_rows,
             "category_order": order, "accuracy": accuracy, "categories": categories,
             "cost": cost, "repeats": repeats, "audit": run.audit,
-            "unscored": run.scores.get("unscored") or []}
+            "unscored": run.scores.get("unscored") or [],
+            "verdicts": run.scores.get("verdicts") or {}}
