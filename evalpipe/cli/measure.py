@@ -6,7 +6,7 @@ import json
 
 import click
 
-from evalpipe.cli.common import handle_errors
+from evalpipe.cli.common import echo, handle_errors
 
 
 @click.command("measure-formats")
@@ -39,7 +39,7 @@ def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump)
     for name in names:
         samples = run_format(backend, name, questions, max_new_tokens=max_new_tokens,
                              max_turns=turns)
-        click.echo(f"{name} {json.dumps(validity(samples).rates())}")
+        echo(f"{name} {json.dumps(validity(samples).rates())}")
         replies[name] = [t["raw"] for s in samples for t in s.turns]
     if dump:
         with open(dump, "w", encoding="utf-8") as f:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from evalpipe.cli.common import DEFAULT_CONFIG, handle_errors
+from evalpipe.cli.common import DEFAULT_CONFIG, echo, handle_errors
 
 
 @click.command()
@@ -42,5 +42,5 @@ def retrieve(config_path, methods, k, question_paths, as_json):
     docs = load_corpus(config.corpus)
     chunks = chunk_corpus(docs, config.chunking.size, config.chunking.overlap)
     rows = evaluate_retrievers(questions, chunks, settings, k=k or config.k)
-    click.echo(json.dumps(rows, indent=2) if as_json else format_table(rows))
+    echo(json.dumps(rows, indent=2) if as_json else format_table(rows))
 
