@@ -39,10 +39,11 @@ from evalpipe.backends.local.cpu import AUTO, DTYPES, resolve_dtype
 from evalpipe.backends.models import DEFAULT_MODEL
 from evalpipe.backends.openai_backend import OpenAIOptions
 from evalpipe.corpus import CHUNK_SIZE
+from evalpipe.engine import CellRuntime
 from evalpipe.errors import InputError
 from evalpipe.formats import FORMATS
 from evalpipe.questions import BFCL_SOURCE
-from evalpipe.retrieval import RetrieverSettings
+from evalpipe.retrieval import METHODS, RetrieverSettings
 from evalpipe.schema import Section, input_error, line_of, one_of
 from evalpipe.store import run_name_problem
 from evalpipe.tools import TOOLSETS, ToolLimits
@@ -108,10 +109,13 @@ def model_record(entry: BaseModel) -> dict[str, Any]:
     return _record(entry, ("id", "backend"))
 
 
+RetrievalMode = Literal["none", "prepend", "tool"]  # no retrieval, chunks in the prompt, a tool
+
+
 class RetrievalSection(RetrieverSettings):
     """One retrieval setting: a mode, and for a mode other than none the retriever."""
 
-    mode: Literal["none", "prepend", "tool"]
+    mode: RetrievalMode
     k: int | None = Field(None, ge=1)  # chunks per query; defaults to the top-level k
     name: str | None = None  # a label for retrieval reports
 
@@ -162,6 +166,7 @@ class ToolLimitsSection(Section):
 
 Format = Annotated[str, one_of(FORMATS, "format")]
 Toolset = Annotated[str, one_of(TOOLSETS, "toolset")]
+Method = Annotated[str, one_of(METHODS, "retrieval method")]
 # package.module:function, a user's tool (imported when the config is read)
 CustomTool = Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
 
@@ -172,8 +177,8 @@ class GridRule(Section):
     model: str | list[str] | None = None
     format: Format | list[Format] | None = None
     toolset: Toolset | list[Toolset] | None = None
-    retrieval: str | list[str] | None = None  # the mode
-    method: str | list[str] | None = None
+    retrieval: RetrievalMode | list[RetrievalMode] | None = None  # the mode
+    method: Method | list[Method] | None = None
 
 
 class JudgeSection(Section):
@@ -199,7 +204,7 @@ class ConfigSpec(Section):
     custom_tools: list[CustomTool] = Field(default_factory=list)
     retrieval: list[RetrievalSection] = Field(min_length=1)
     generation: GenerationSection = GenerationSection()
-    max_turns: int = Field(5, ge=1)
+    max_turns: int = Field(CellRuntime.max_turns, ge=1)  # the agent loop's default
     system_prompt: str | None = None
     final_answer_line: bool = False  # ask for a last line "Answer: ..." (docs/scoring.md)
     repeats: int = Field(1, ge=1)  # samples per cell x question (with temperature > 0)
@@ -210,7 +215,7 @@ class ConfigSpec(Section):
     tool_limits: ToolLimitsSection = ToolLimitsSection()
     schema_tools: SchemaToolsSection = SchemaToolsSection()
     match: Literal["evalpipe", "bfcl"] = "evalpipe"  # argument rule set (scoring/plan.py)
-    k: int = Field(3, ge=1)
+    k: int = Field(CellRuntime.k, ge=1)  # chunks per query, the loop's default
     judge: JudgeSection | None = None
 
     @field_validator("name")

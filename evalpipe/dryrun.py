@@ -25,10 +25,10 @@ from evalpipe.backends.base import Backend, GenerationSession, GenerationSetting
 from evalpipe.cache import GenerationCache
 from evalpipe.config import RunConfig
 from evalpipe.engine import Engine
-from evalpipe.errors import ModelUnavailableError
+from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.probe import PROBE_FILE
 from evalpipe.records import Generation
-from evalpipe.store import machine
+from evalpipe.store import RunStore, machine
 
 NOT_CACHED = "not in the reply cache"
 
@@ -132,19 +132,18 @@ def last_run_rate(runs: list[tuple[Path, dict[str, Any]]], model: dict[str, Any]
                 or len(_cells_of(manifest, model)) != len(cells) \
                 or manifest.get("machine") != here or manifest.get("resumed"):
             continue
-        generated = 0
-        for line in (path / "samples.jsonl").open(encoding="utf-8"):
-            sample = json.loads(line) if line.strip() else {}
-            if any(not t.get("cached") for t in sample.get("turns") or ()):
-                generated += 1
+        store = RunStore(path)
+        try:
+            generated = sum(any(not t.get("cached") for t in sample.get("turns") or ())
+                            for sample in store.iter_samples())
+            # The latency probe's samples ran one after another: their time is not the grid's.
+            probed = sum((r.get("wall_ms") or 0.0) / 1000
+                         for r in store.iter_records(path / PROBE_FILE))
+        except InputError:  # a damaged earlier run gives no estimate
+            continue
         if not generated:
             continue
-        elapsed = _seconds(manifest["finished"]) - _seconds(manifest["started"])
-        # The latency probe's samples ran one after another: their time is not the grid's.
-        probe = path / PROBE_FILE
-        if probe.is_file():
-            elapsed -= sum((json.loads(line).get("wall_ms") or 0.0) / 1000
-                           for line in probe.open(encoding="utf-8") if line.strip())
+        elapsed = _seconds(manifest["finished"]) - _seconds(manifest["started"]) - probed
         return {"run": path.name, "seconds_per_sample": elapsed / generated,
                 "generated": generated, "elapsed_s": elapsed}
     return None

@@ -105,16 +105,23 @@ class Engine:
         self._open = open_session or (lambda backend, gen: backend.session(gen))
 
     def run(self, cell: CellRuntime, questions: list[Question], run_id: str,
-            window: int | None = None, progress: Callable[[int], None] | None = None
-            ) -> Iterator[list[Sample]]:
+            window: int | None = None, progress: Callable[[int], None] | None = None,
+            stop: Callable[[], bool] | None = None) -> Iterator[list[Sample]]:
         """Yield samples in question order, each as soon as it and all before it have
         ended (so a run's file has the same order cached or not); `progress` hears of
         each conversation as it ends, for a live progress bar. `window`: conversations
         open at once (default: four batches, so the batch stays full while some
-        conversations wait on their tools)."""
+        conversations wait on their tools).
+
+        Once `stop()` is true no conversation starts and none gets another turn: the
+        requests in flight come back (a local model stops at its next decode step), the
+        conversations that ended are yielded, the others are dropped (run again on
+        resume)."""
         if window is None:
             window = max(64, 4 * cell.generation.batch_size)
+        stopping = stop or (lambda: False)
         session = self._open(cell.backend, cell.generation)
+        session.should_stop = stopping
         todo = iter(enumerate(questions))
         live: dict[int, _Conversation] = {}  # question index -> open conversation
         done: dict[int, Sample] = {}
@@ -132,6 +139,8 @@ class Engine:
             session.submit(key, c.prompt)
 
         def open_next() -> None:
+            if stopping():
+                return
             key, q = next(todo, (None, None))
             if q is not None:
                 live[key] = self._start(cell, q)
@@ -150,6 +159,8 @@ class Engine:
                     done[key] = self._sample(cell, live.pop(key), run_id)
                     ended += 1
                     open_next()
+                elif stopping():
+                    del live[key]  # no new turn: it runs again on resume
                 else:
                     submit(key, c)
             if ended and progress is not None:
@@ -162,6 +173,11 @@ class Engine:
                 released += 1
             if ready:
                 yield ready
+        if done:  # stopped: those that ended after one that was dropped
+            ready = [done.pop(key) for key in sorted(done)]
+            for sample in ready:
+                sample.prompt_text = blocks.claim(sample.turns)
+            yield ready
 
     def _start(self, cell: CellRuntime, q: Question) -> _Conversation:
         system = cell.system_prompt
@@ -192,6 +208,11 @@ class Engine:
         if gen.finish_reason == "error":
             c.turns.append(record.to_dict())
             c.stop("infra_error", gen.error)
+            return
+        if gen.finish_reason == "malformed":  # the endpoint's reply did not fit the wire shape
+            record.malformed = gen.error or "malformed reply"
+            c.turns.append(record.to_dict())
+            c.stop("malformed_reply")
             return
         if gen.tool_calls is not None:  # structured calls from an API; the text still holds
             text = cell.fmt.parse(gen.text, lenient=True)  # the answer and any <think> block

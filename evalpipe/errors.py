@@ -1,8 +1,9 @@
 """Errors that reach the user as one clear message and an exit code.
 
 Exit codes, for scripts (docs/runs.md): 0 finished, 2 bad input, 3 a regression
-found by `compare --fail-on-regression`, 130 interrupted by SIGINT (Ctrl-C),
-143 interrupted by SIGTERM, 1 anything else.
+found by `compare --fail-on-regression`, 4 nothing the gate could judge (no pairs,
+too few, grids that differ, a run mostly infra errors), 129/130/143 interrupted by
+SIGHUP/SIGINT (Ctrl-C)/SIGTERM, 1 anything else.
 """
 
 from __future__ import annotations
@@ -52,8 +53,16 @@ class RegressionFound(EvalpipeError):
     exit_code = 3
 
 
+class NotCompared(EvalpipeError):
+    """The regression gate had nothing it could judge (no matched cells or questions,
+    too few pairs, a run mostly infrastructure errors): never a silent pass. Exit 4."""
+
+    exit_code = 4
+
+
 class Interrupted(EvalpipeError):
-    """SIGINT or SIGTERM stopped the run; exit 128 + the signal number (130, 143)."""
+    """SIGHUP, SIGINT or SIGTERM stopped the run; exit 128 + the signal number (129, 130,
+    143)."""
 
     def __init__(self, message: str, signum: int):
         super().__init__(message)
@@ -61,5 +70,11 @@ class Interrupted(EvalpipeError):
         self.exit_code = 128 + signum
 
 
-__all__ = ["EvalpipeError", "InfraError", "InputError", "Interrupted", "ModelUnavailableError",
-           "RegressionFound", "StorageError"]
+class DataWarning(UserWarning):
+    """Something in the files evalpipe reads or keeps was wrong and is worked around (a
+    torn last record, a record written twice, a broken generation cache): a warning,
+    never a stop. The command line prints each as one `warning:` line."""
+
+
+__all__ = ["DataWarning", "EvalpipeError", "InfraError", "InputError", "Interrupted",
+           "ModelUnavailableError", "NotCompared", "RegressionFound", "StorageError"]

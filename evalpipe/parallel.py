@@ -212,9 +212,9 @@ def _question_order(run_dir: Path) -> dict[str, int]:
     if not path.is_file():
         return {}
     order: dict[str, int] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            order.setdefault(json.loads(line)["id"], len(order))
+    for record in jsonl.read(path):
+        order.setdefault(str(record.get("id") if isinstance(record, dict) else record),
+                         len(order))
     return order
 
 

@@ -1,10 +1,12 @@
 """Question records: schema, loading, validation.
 
 A local JSONL file is read line by line (evalpipe.jsonl.records, as `evalpipe
-validate` reads it), so that every error names the line it comes from and
-mixed-type fields (an answer that is a number in one record and a string in the
-next) never meet a table's schema inference. Parquet/CSV files and Hub dataset
-names go through HF datasets' `load_dataset`; their "line" is the row number.
+validate` reads it), so that every error names the line it comes from (a line
+that is not UTF-8 or not JSON, NUL bytes) and mixed-type fields (an answer that
+is a number in one record and a string in the next) never meet a table's schema
+inference; a file with no record is an error of its own. Parquet/CSV files and
+Hub dataset names go through HF datasets' `load_dataset`; their "line" is the
+row number, and a file it cannot read is one InputError.
 """
 
 from __future__ import annotations
@@ -167,17 +169,17 @@ def _rows(source: str) -> Iterable[tuple[int, Any]]:
     import datasets
 
     datasets.disable_progress_bars()
-    if path.suffix in (".parquet", ".csv") and path.is_file():
-        table = datasets.load_dataset(path.suffix[1:], data_files=str(path), split="train")
-    elif path.exists():
+    if path.exists() and not (path.suffix in (".parquet", ".csv") and path.is_file()):
         raise InputError("unsupported question file", file=source,
                          expected=".jsonl, .json, .parquet or .csv")
-    else:
-        try:
-            table = datasets.load_dataset(source, split="train")
-        except Exception as exc:  # noqa: BLE001 -- the Hub is unreachable or the name is unknown
-            raise InputError(f"cannot load question set ({type(exc).__name__}: {exc})",
-                             file=source, expected="a local file or a reachable dataset name")
+    try:
+        table = (datasets.load_dataset(path.suffix[1:], data_files=str(path), split="train")
+                 if path.exists() else datasets.load_dataset(source, split="train"))
+    except Exception as exc:  # noqa: BLE001 -- an empty or broken file, an unknown name, no Hub
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise InputError(f"cannot load question set ({type(exc).__name__}: {first})",
+                         file=source, expected="a readable file or a reachable dataset name"
+                         ) from None
     for number, row in enumerate(table, start=1):
         yield number, {k: v for k, v in row.items() if v is not None}
 

@@ -125,8 +125,11 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
 
 
 class _StopFlag:
-    """SIGINT / SIGTERM while a run generates: the first stops new conversations
-    (those in flight finish and are written), a second one stops at once."""
+    """SIGINT / SIGTERM / SIGHUP while a run generates: the first starts no new
+    conversation or turn (requests in flight come back, a local model stops at its next
+    decode step, conversations that ended are written), a second one stops at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self):
         self.signum: int | None = None
@@ -134,7 +137,7 @@ class _StopFlag:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():  # signals reach only it
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in self.SIGNALS:
                 self._saved[signum] = signal.signal(signum, self._handle)
         return self
 
@@ -147,8 +150,8 @@ class _StopFlag:
             raise Interrupted(f"{signal.Signals(signum).name} again: stopped at once; continue "
                               "with --resume RUN_DIR", signum)
         self.signum = signum
-        print(f"{signal.Signals(signum).name}: no new conversations; finishing those in flight "
-              "(send it again to stop at once)", file=sys.stderr, flush=True)
+        print(f"{signal.Signals(signum).name}: no new conversations or turns; finishing the "
+              "requests in flight (send it again to stop at once)", file=sys.stderr, flush=True)
 
     def __bool__(self) -> bool:
         return self.signum is not None
@@ -212,10 +215,10 @@ class Run:
                                           f"--resume {self.store.path}", stop.signum)
                     self._finish(cache)  # a signal now lets the short finish complete
             except Interrupted as exc:
-                self._end("interrupted", str(exc))
+                self._end("interrupted", exc, str(exc))
                 raise
             except BaseException as exc:
-                self._end("failed", f"{type(exc).__name__}: {exc}")
+                self._end("failed", exc, f"{type(exc).__name__}: {exc}")
                 raise
         return self.store.path
 
@@ -248,7 +251,7 @@ class Run:
         self.shard.begin(self.store.path, self.manifest)
         seeds = self.config.repeat_seeds()
         self.manifest["repeats"] = {"requested": self.config.repeats, "seeds": seeds}
-        self.store.write_json("manifest.json", self.manifest)
+        self.store.write_manifest(self.manifest)
         self.begun = True
         if self.config.repeats > len(seeds):
             self.echo(f"repeats: {self.config.repeats} requested, but decoding is greedy "
@@ -277,7 +280,8 @@ class Run:
                 causes[(s.get("error") or "unknown").splitlines()[0][:200]] += 1
         return pairs, causes
 
-    def _record_cell(self, cell: Cell, runtime: CellRuntime, facts: dict) -> None:
+    def _record_cell(self, cell: Cell, runtime: CellRuntime, facts: dict,
+                     served: dict | None) -> None:
         recorded = self.manifest["cells"].get(cell.id)
         if recorded and recorded["fingerprint"] != runtime.fingerprint:
             raise InputError(
@@ -286,8 +290,9 @@ class Run:
                 file=str(self.store.manifest_path), field="cells")
         self.manifest["cells"][cell.id] = {"fingerprint": runtime.fingerprint,
                                            "facets": cell.facets(),
-                                           "settings": runtime.settings, "model": facts}
-        self.store.write_json("manifest.json", self.manifest)
+                                           "settings": runtime.settings, "model": facts,
+                                           **({"served": served} if served is not None else {})}
+        self.store.write_manifest(self.manifest)
 
     def _generate(self, engine: Engine, stop: _StopFlag) -> int:
         return self._run_cells(engine, stop, self.done, on_cell=self._record_cell,
@@ -296,7 +301,7 @@ class Run:
 
     def _probe(self, runtime: CellRuntime) -> None:
         """The latency probe of one cell (evalpipe.probe), once per run: probe.jsonl."""
-        probed = {r["cell_id"] for r in self.store.iter_samples(self.store.probe_path)}
+        probed = {r["cell_id"] for r in self.store.iter_records(self.store.probe_path)}
         if runtime.cell_id in probed:
             return  # probed before this run was resumed
         questions = probe_questions(self.questions, self.config.latency_probe)
@@ -318,30 +323,34 @@ class Run:
             self.echo(f"retried {retried} infra errors; {still} still failed")
         if cache is not None:
             manifest["cache"] = {"hits": cache.hits, "misses": cache.misses,
-                                 "path": str(cache.path)}
+                                 "path": str(cache.path),
+                                 **({"problem": cache.problem} if cache.problem else {})}
             self.echo(f"generation cache: {cache.hits} replies reused, {cache.misses} generated")
         if self.config.judge is not None:
             manifest["judge"] = run_judge(store, self.config.judge, cache, self.echo)
         scores = score_run(store)
-        infra = sum(g.get("n_infra", 0) for g in scores["groups"])
+        # Each sample once: the groups count it under its suite and again under "all".
+        infra = sum(bool(s.get("infra")) for s in scores["samples"])
         if infra:
             self.echo(f"{infra} samples are infra errors (backend, timeout or harness): "
                       f"re-run them with `evalpipe run --resume {store.path} --retry-infra`")
         manifest["finished"] = _now()
         manifest["status"] = "finished"
         store.write_json("manifest.json", manifest)
+        store.release()
         _point_latest(store.path)
 
-    def _end(self, status: str, error: str) -> None:
-        """Say in the manifest how the run ended; a full disk may refuse even that. A
-        resume that failed before it began leaves the run's manifest as it was."""
+    def _end(self, status: str, exc: BaseException, error: str) -> None:
+        """Say in the manifest how the run ended, with the space kept for it on a full
+        disk. If even that fails, an EvalpipeError's one line says so. A resume that
+        failed before it began leaves the run's manifest as it was."""
         if self.manifest is None or (self.resumed and not self.begun):
             return
         self.manifest.update(status=status, error=error, ended=_now())
-        try:
-            self.store.write_json("manifest.json", self.manifest)
-        except EvalpipeError:
-            pass
+        why = self.store.write_last_manifest(self.manifest)
+        if why is not None and isinstance(exc, EvalpipeError):
+            exc.args = (f"{exc}; the manifest could not be marked {status} either ({why}): "
+                        + "it still says running",)
 
     # -- helper ranks ----------------------------------------------------------------------
     def _execute_helper(self, engine: Engine) -> None:
@@ -358,13 +367,13 @@ class Run:
 
     # -- every rank ------------------------------------------------------------------------
     def _run_cells(self, engine: Engine, stop: _StopFlag, done: set[tuple[str, str, int]], *,
-                   on_cell: Callable[[Cell, CellRuntime, dict], None] | None = None,
+                   on_cell: Callable[[Cell, CellRuntime, dict, dict | None], None] | None = None,
                    after_cell: Callable[[CellRuntime], None] | None = None,
                    progress: bool = False) -> int:
         """Generate every (cell, question, repeat) of this shard not yet `done`, one model
         loaded at a time, a cell's repeats one after another (each with its own seed); each
         finished group of samples is written. Returns the count written. Once `stop` is
-        set no conversation starts; those in flight finish and are written."""
+        set no conversation or turn starts; those in flight finish and are written."""
         config, mine = self.config, self.shard.questions(self.questions)
         count = 0
         seeds = config.repeat_seeds()
@@ -376,10 +385,11 @@ class Run:
                 continue
             backend = load_backend(model)
             facts = backend.describe()
+            served = backend.served_identity() if on_cell is not None else None
             for cell in model_cells:
                 runtime = _runtime(cell, backend, facts, config, self.corpus, self.questions)
                 if on_cell is not None:
-                    on_cell(cell, runtime, facts)
+                    on_cell(cell, runtime, facts, served)
                 for r, seed in enumerate(seeds):
                     left = todo[(cell.id, r)]
                     if not left or stop:
@@ -393,7 +403,7 @@ class Run:
                     with tqdm(total=len(mine), initial=len(mine) - len(left), desc=desc,
                               unit="q", dynamic_ncols=True, disable=not progress) as bar:
                         for samples in engine.run(repeat, pending, self.run_id,
-                                                  progress=bar.update):
+                                                  progress=bar.update, stop=lambda: bool(stop)):
                             self.write([s.to_dict() for s in samples])
                             count += len(samples)
                 if after_cell is not None and not stop:  # the model is still loaded

@@ -58,8 +58,15 @@ def input_error(exc: ValidationError, root: type[BaseModel], *, file: str | None
     """The first error of `exc` (from validating a mapping as `root`) as an InputError.
     `text`, the YAML the mapping was read from, lets it name a line; a field whose path is
     among `overridden` (--set keys) is named as that override instead of a file line."""
-    err = exc.errors()[0]
+    errors = exc.errors()
+    err = errors[0]
     loc, section = _key_path(root, err["loc"])
+    # A value that fits no member of a union (a name, or a list of names) fails once per
+    # member: the deepest error under the same key says which list item is wrong.
+    for other in errors[1:]:
+        other_loc, other_section = _key_path(root, other["loc"])
+        if len(other_loc) > len(loc) and other_loc[:len(loc)] == loc:
+            err, loc, section = other, other_loc, other_section
     dotted = ".".join(filter(None, [prefix, _dotted(loc)]))
     line = line_of(text, loc) if text else None
     plain = ".".join(map(str, loc))  # how --set spells the path

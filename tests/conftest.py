@@ -9,6 +9,12 @@ import pytest
 
 # tests import these from helpers; the names stay here for older imports
 from helpers import CHATML, REPO, ScriptedBackend, last_user, write_jsonl  # noqa: F401
+from hypothesis import settings
+
+# Hypothesis fails an example slower than 200 ms by default: on a loaded machine that is
+# the clock deciding, so no example has a deadline (tests/test_suite_rules.py).
+settings.register_profile("evalpipe", deadline=None)
+settings.load_profile("evalpipe")
 
 
 @pytest.fixture(scope="module")

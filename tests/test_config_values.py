@@ -42,6 +42,9 @@ def run_cli(tmp_path, config_text: str, env: dict[str, str] | None = None):
     ("models:\n  - {id: m, backend: opneai}\n", 4, "models[0].backend", "did you mean openai?"),
     ("models:\n" + OPENAI % ", mode: chta", 4, "models[0].mode", "did you mean chat?"),
     ("exclude:\n  - {format: hermse}\n", 4, "exclude[0].format", "did you mean hermes?"),
+    ("exclude:\n  - {retrieval: prepnd}\n", 4, "exclude[0].retrieval", "did you mean prepend?"),
+    ("include:\n  - {method: [bm25, hybird]}\n", 4, "include[0].method[1]",
+     "did you mean hybrid?"),
     ("match: bfc\n", 3, "match", "did you mean bfcl?"),
     # the ranges
     ("models:\n" + OPENAI % ", timeout_s: -1", 4, "models[0].timeout_s", "greater than 0"),
@@ -131,3 +134,25 @@ def test_the_python_api_refuses_the_same_values():
     with pytest.raises(InputError) as err:
         evalpipe.load({"questions": ["q.jsonl"], "formats": ["hermse"]})
     assert err.value.field == "formats[0]" and "did you mean hermes?" in str(err.value)
+
+
+def test_names_given_on_the_command_line_are_checked_before_a_model_or_index_loads(
+        tmp_path, monkeypatch):
+    import evalpipe.backends
+    import evalpipe.corpus
+
+    def never(*args, **kwargs):
+        raise AssertionError("loaded before the names were checked")
+
+    monkeypatch.setattr(evalpipe.backends, "load_backend", never)
+    monkeypatch.setattr(evalpipe.corpus, "load_corpus", never)
+    measured = CliRunner().invoke(main, ["measure-formats", "--formats", "hermes,hermse"])
+    assert measured.exit_code == 2, measured.output
+    assert "unknown format 'hermse' (did you mean hermes?)" in measured.output
+    (tmp_path / "q.jsonl").write_text(json.dumps(QUESTION) + "\n")
+    path = tmp_path / "c.yaml"
+    path.write_text("questions: [q.jsonl]\ncorpus: site\n")
+    retrieved = CliRunner().invoke(main, ["retrieve", "--config", str(path), "--method",
+                                          "bm25", "--method", "hybird"])
+    assert retrieved.exit_code == 2, retrieved.output
+    assert "unknown retrieval method 'hybird' (did you mean hybrid?)" in retrieved.output

@@ -223,7 +223,7 @@ def test_streamed_chat_reply_has_usage_and_time_to_first_token(stub):
     assert gen.finish_reason == "stop" and gen.error is None
     assert gen.text.strip() == "The answer is 42."
     assert (gen.prompt_tokens, gen.completion_tokens) == (11, 7)
-    assert gen.prefill_ms > 0 and gen.decode_ms >= 0
+    assert gen.prefill_ms > 0 and gen.decode_ms >= 0  # measured: load can only lengthen them
     assert gen.tool_calls is None  # plain text: the format parses it
     sent = stub.requests[0]
     assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
@@ -326,9 +326,11 @@ def test_a_dropped_connection_is_retried(stub):
 
 def test_a_hung_request_times_out_and_is_retried(stub):
     stub.failures = ["hang"]
-    b = backend(stub, timeout_s=0.5, stream="off")
+    # The hung request never answers, so 0.5 s only says when it is given up; a retry that
+    # a loaded machine slows past 0.5 s is retried in turn, so the clock decides nothing.
+    b = backend(stub, timeout_s=0.5, stream="off", max_retries=8)
     [gen] = b.generate([prompt(b)], GEN)
-    assert gen.error is None and len(stub.requests) == 2
+    assert gen.error is None and len(stub.requests) >= 2
 
 
 def test_a_server_that_is_down_gives_error_generations_quickly(monkeypatch):

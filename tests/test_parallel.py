@@ -194,7 +194,8 @@ def test_python_dash_m_evalpipe_runs_the_cli():
     assert proc.returncode == 0 and "Usage: evalpipe" in proc.stdout and " run " in proc.stdout
 
 
-def test_parts_append_repair_and_done_tokens(tmp_path):
+def test_parts_append_repair_and_done_tokens(tmp_path, monkeypatch):
+    monkeypatch.setattr(parallel, "time", FakeClock())  # the waits below pass no real time
     _write_run(tmp_path, ["q1", "q2", "q3"], ["c"])
     parallel.append_part(tmp_path, 0, [_sample("c", "q1")])
     with open(part_path(tmp_path, 0), "a") as f:
@@ -207,6 +208,23 @@ def test_parts_append_repair_and_done_tokens(tmp_path):
     assert wait_for_parts(tmp_path, 1, timeout=0.1, poll_s=0.02, token="this-launch") == [0]
     mark_done(tmp_path, 0, count=2, token="this-launch")
     assert wait_for_parts(tmp_path, 1, timeout=0.1, token="this-launch") == []
+
+
+def test_a_launch_never_appends_to_an_earlier_launchs_run_directory(tmp_path):
+    """A reused EVALPIPE_RUN_ID names an existing directory: every rank refuses it, except
+    a helper rank finding the manifest its own launch's rank 0 has just written."""
+    from evalpipe.parallel import Shard
+
+    run_dir = tmp_path / "run"
+    for share in (Shard(), Shard(0, 2, "this"), Shard(1, 2, "this")):
+        share.refuse_an_earlier_run(run_dir)  # nothing there yet
+    run_dir.mkdir()
+    (run_dir / "manifest.json").write_text(json.dumps({"launch": "this"}))
+    Shard(1, 2, "this").refuse_an_earlier_run(run_dir)
+    for share in (Shard(), Shard(0, 2, "this"), Shard(0, 2, "later"), Shard(1, 2, "later")):
+        with pytest.raises(InputError, match="exists already") as err:
+            share.refuse_an_earlier_run(run_dir)
+        assert err.value.field == parallel.RUN_ID_ENV and "--resume" in str(err.value)
 
 
 # -- two processes through the runner ---------------------------------------------------------

@@ -48,6 +48,9 @@ def score(sample, question, judgement=None):
 # One realistic transcript per rung of the ladder.
 CASES = {
     "infra_error": (CALC, {"stop_reason": "infra_error"}),
+    "malformed_reply": (CALC, {"stop_reason": "malformed_reply", "steps": [{
+        "raw": '{"choices": [{"message": {"content": 42}}]}', "finish_reason": "malformed",
+        "malformed": "choices[0].message.content: Input should be a valid string (got int)"}]}),
     "tool_failure": (CALC, {"final_answer": "Kết quả là 42.", "steps": [
         [call("add", {"a": 12, "b": 30}, 42)],
         [call("multiply", {"a": 42, "b": 7}, error="timeout")]]}),

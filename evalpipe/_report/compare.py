@@ -11,11 +11,15 @@ pairs). The noise floor is the smallest difference the two runs' sizes and
 spreads could detect (scoring.stats.detectable_difference).
 
 The gate: a metric regresses when the drop is larger than the threshold AND the
-whole interval lies below zero: diff < -threshold and hi < 0.
+whole interval lies below zero: diff < -threshold and hi < 0. Before that, the gate
+asks whether there is anything to judge (`not_compared`): a comparison with no
+matched cell, grids that differ, fewer than MIN_PAIRS paired questions, or a run
+whose matched cells are mostly infrastructure errors cannot vouch for "no regression".
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -24,11 +28,19 @@ import numpy as np
 
 from evalpipe.errors import InputError
 from evalpipe._report.load import RunData
-from evalpipe.scoring.stats import cluster_bootstrap, detectable_difference
+from evalpipe.scoring.stats import Z80, Z95, cluster_bootstrap, detectable_difference
 
 METRICS = ("exact", "format_valid", "plan_exact", "recall@k")
 BINARY = {"exact", "format_valid", "plan_exact"}
 POOLED = "(all matched cells)"
+
+# The fewest paired questions the gate judges: below this, the noise floor of a binary
+# metric at its widest spread (50% right in both runs) is over 50 points, so even a
+# drop from every question right to half of them right would be missed more often than
+# not (docs/reports.md). (z.975 + z.80)^2 * (0.25 + 0.25) / 0.5^2 = 15.7 -> 16.
+WIDEST_FLOOR = 0.5
+MIN_PAIRS = math.ceil((Z95 + Z80) ** 2 * (0.25 + 0.25) / WIDEST_FLOOR ** 2)
+MOSTLY = 0.5  # a run whose matched cells are more than half infra errors is not judged
 
 
 class CompareRefused(InputError):
@@ -108,6 +120,12 @@ class Comparison:
     questions_changed: list[str]
     repeats_a: int = 1
     repeats_b: int = 1
+    # Why the gate cannot judge these runs, most basic reason first; [] when it can.
+    not_compared: list[str] = field(default_factory=list)
+
+    @property
+    def comparable(self) -> bool:
+        return not self.not_compared
 
     @property
     def regressions(self) -> list[tuple[str, MetricDiff]]:
@@ -146,6 +164,18 @@ def settings_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         if va != vb:
             out.append(f"{key}: {va!r} -> {vb!r}")
     return out
+
+
+def served_change(a: Any, b: Any) -> str:
+    """What differs between two runs' records of the model their server ran (manifest
+    cells[...]["served"]); "" when both match or either run did not record one."""
+    if not isinstance(a, dict) or not isinstance(b, dict) or "unknown" in a or "unknown" in b:
+        return ""
+    diff = settings_diff(a, b)
+    if any(d.startswith("probe:") for d in diff):
+        diff = [d if not d.startswith("probe:") else
+                "the reply to the probe differs" for d in diff]
+    return "; ".join(diff)
 
 
 def match_cells(a: RunData, b: RunData, strict: bool = False
@@ -198,6 +228,11 @@ def match_cells(a: RunData, b: RunData, strict: bool = False
     for c in b.cells():
         if c not in used:
             warnings.append(f"cell {c!r} is only in B; not compared")
+    for ca, cb, _ in matches:  # the fingerprint leaves out what the server says it runs
+        changed = served_change(a.cell_info(ca).get("served"), b.cell_info(cb).get("served"))
+        if changed:
+            msg = f"cell {cb!r}: the served model changed ({changed})"
+            (refused if strict else warnings).append(msg)
     if refused:
         raise CompareRefused("--strict: cells are not the same experiment: "
                              + " | ".join(refused))
@@ -342,9 +377,45 @@ def compare_runs(a: RunData, b: RunData, *, threshold: float = 0.02, strict: boo
     if len(cells) > 1:
         pooled = _cell_comparison(POOLED, POOLED, "pooled", pooled_pairs, pooled_infra,
                                   threshold, resamples, seed)
+    compared = len({qid for qid, _, _ in pooled_pairs})
     return Comparison(a.run_id, b.run_id, str(a.path), str(b.path), a.k, threshold, resamples,
                       seed, warnings, cells, pooled, len(shared), only_a, only_b, changed,
-                      repeats_a=a.repeats, repeats_b=b.repeats)
+                      repeats_a=a.repeats, repeats_b=b.repeats,
+                      not_compared=_not_compared(a, b, matches, shared, compared))
+
+
+def _not_compared(a: RunData, b: RunData, matches: list[tuple[str, str, str]],
+                  shared: list[str], compared: int) -> list[str]:
+    """Why the gate cannot judge runs A and B, most basic reason first ([] if it can):
+    nothing to pair, grids that differ, a matched cell without samples, a run whose
+    matched cells are mostly infrastructure errors, too few paired questions."""
+    reasons = []
+    mine = {"A": {ca for ca, _, _ in matches}, "B": {cb for _, cb, _ in matches}}
+    if not matches:
+        reasons.append(f"no cell of B matches a cell of A (A has {_ids(a.cells(), 5) or 'none'}; "
+                       f"B has {_ids(b.cells(), 5) or 'none'})")
+    else:
+        alone = [f"only in {name}: {_ids(missing, 5)}" for name, run in (("A", a), ("B", b))
+                 if (missing := [c for c in run.cells() if c not in mine[name]])]
+        if alone:
+            reasons.append("the grids differ (cells " + "; ".join(alone) + ")")
+    if not shared:
+        reasons.append("the runs share no question")
+    for name, run in (("A", a), ("B", b)):
+        samples = [s for s in run.scores.get("samples", []) if s["cell_id"] in mine[name]]
+        empty = sorted(mine[name] - {s["cell_id"] for s in samples})
+        if empty:
+            reasons.append(f"matched cell(s) without samples in {name}: {_ids(empty, 5)}")
+        infra = sum(bool(s.get("infra")) for s in samples)
+        if samples and infra > MOSTLY * len(samples):
+            reasons.append(f"{infra} of {len(samples)} samples of {name} in the matched cells are "
+                           f"infrastructure errors (the backend failed): fix it, then `evalpipe "
+                           f"run --resume {run.path} --retry-infra`")
+    if matches and shared and compared < MIN_PAIRS:
+        reasons.append(f"only {compared} question(s) were paired; the gate needs at least "
+                       f"{MIN_PAIRS} (with fewer, even a 50-point drop is missed more often "
+                       "than not)")
+    return reasons
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -433,6 +504,8 @@ def render_text(cmp: Comparison) -> str:
 
 def _summary_line(cmp: Comparison) -> str:
     regs = cmp.regressions
+    if cmp.not_compared:
+        return "verdict: NOT COMPARED: " + "; ".join(cmp.not_compared)
     if not regs:
         return "verdict: no significant regression"
     items = "; ".join(f"{c} {_metric_name(m.metric, cmp.k)} {_pct(m.diff, True)} pts "
@@ -447,7 +520,7 @@ def render_markdown(cmp: Comparison) -> str:
         return s.replace("|", "\\|")
 
     regs = cmp.regressions
-    icon = ":x:" if regs else ":white_check_mark:"
+    icon = ":warning:" if cmp.not_compared else ":x:" if regs else ":white_check_mark:"
     out = [f"## evalpipe compare: `{cmp.run_a}` -> `{cmp.run_b}`\n",
            f"{icon} **{_summary_line(cmp).removeprefix('verdict: ')}**\n",
            (f"Paired over {cmp.questions_shared} shared questions. Differences are B - A in "

@@ -87,7 +87,7 @@ def load_run(path: str | Path, allow_partial: bool = False) -> RunData:
             raise InputError(f"scores.json has no '{key}'", file=str(store.path / "scores.json"),
                              expected="the output of `evalpipe score`")
     audit = store.read_json("audit.json") if (store.path / "audit.json").is_file() else None
-    probe = list(store.iter_samples(store.path / "probe.jsonl"))
+    probe = list(store.iter_records(store.probe_path))
     return RunData(store.path, manifest, questions, samples, scores, rescored, audit, probe)
 
 

@@ -16,7 +16,7 @@ from evalpipe.errors import EvalpipeError
 # one colour per category (scoring/categories.py), stable across plots and runs
 CATEGORY_COLOURS = {
     "correct": "#2e7d32", "infra_error": "#616161", "tool_failure": "#9e9e9e",
-    "scorer_error": "#212121", "malformed_call": "#c62828",
+    "scorer_error": "#212121", "malformed_reply": "#4e342e", "malformed_call": "#c62828",
     "unknown_tool": "#ad1457", "invalid_arguments": "#6a1b9a", "turn_limit": "#4527a0",
     "no_tool_call": "#1565c0", "unneeded_tool_call": "#0277bd", "wrong_plan": "#ef6c00",
     "misreported_result": "#f9a825", "retrieval_miss": "#00838f",

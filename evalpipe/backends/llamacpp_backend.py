@@ -13,7 +13,6 @@ them too).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from pydantic import Field, ValidationError
 from evalpipe.backends.base import Backend, GenerationSettings
 from evalpipe.backends.models import gguf_path
 from evalpipe.backends.templates import ChatTemplate
+from evalpipe.backends.weights import file_digest
 from evalpipe.errors import ModelUnavailableError
 from evalpipe.records import Generation
 from evalpipe.schema import Section, input_error
@@ -139,23 +139,5 @@ class LlamaCppBackend(Backend):
 
 
 def _file_digest(path: Path) -> str:
-    """sha256 of a model file, remembered in the cache by path, size and mtime."""
-    from evalpipe.paths import cache_dir
-
-    stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    marker = cache_dir("gguf-digests") / key.hexdigest()[:32]
-    try:
-        return marker.read_text().strip()
-    except OSError:
-        pass
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    value = digest.hexdigest()[:16]
-    try:
-        marker.write_text(value)
-    except OSError:
-        pass
-    return value
+    """16 hex of the GGUF's sha256, remembered between runs (backends/weights.py)."""
+    return file_digest(path)[:16]

@@ -31,6 +31,7 @@ from evalpipe.backends.local import allocator, batching
 from evalpipe.backends.local.cpu import AUTO, resolve_dtype
 from evalpipe.backends.local.cpu import DTYPES as DTYPE_NAMES
 from evalpipe.backends.models import ALIASES, resolve_model
+from evalpipe.backends.weights import folder_digest
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.records import Generation
 
@@ -101,6 +102,9 @@ class TransformersBackend(Backend):
             raise ModelUnavailableError(
                 f"cannot load model '{model_id}' (not a known alias, a local folder or a .gguf "
                 f"file, and the model hub is not reachable): {first}") from None
+        # The weights' identity, in describe(): a folder changed in place is a new model.
+        self.weights = folder_digest(self.path) if isinstance(self.path, Path) \
+            and self.path.is_dir() else None
         self.model.to(device).eval()
         if device == "cpu":
             allocator.keep_freed_memory()
@@ -147,6 +151,7 @@ class TransformersBackend(Backend):
             ).hexdigest()[:16],
             "chat_template_hash": hashlib.sha256(
                 (self.tokenizer.chat_template or "").encode()).hexdigest()[:16],
+            "weights": self.weights,  # sha256 of the folder's files (backends/weights.py)
             "path": str(self.path) if isinstance(self.path, Path) else self.path,
             # How this machine multiplies (not part of the model's identity: see cache.py).
             "linear_kernel": self.batcher.packed.kernel if self.generation == "loop"
@@ -274,6 +279,9 @@ class _LoopSession(GenerationSession):
 
     def poll(self):
         while self.decoder.pending:
+            if self.should_stop():  # between decode steps: what is unfinished is dropped
+                self.decoder.cancel()
+                break
             done = self.decoder.step()
             if done:
                 return [(key, self.backend._generation(row)) for key, row in done]

@@ -9,12 +9,14 @@ from __future__ import annotations
 import click
 
 from evalpipe.cli import audit, check, import_cmd, judge, measure, report, retrieve, run, show
+from evalpipe.cli.common import show_data_warnings
 
 
 @click.group()
 @click.version_option(package_name="evalpipe")
 def main():
     """Batch evaluation of LLM tool calling, agent loops and RAG."""
+    show_data_warnings()
 
 
 for command in (run.run, run.plan, run.score, check.validate, check.models, report.report,

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from evalpipe.cli.common import handle_errors
+from evalpipe.cli.common import echo, handle_errors
 
 
 @click.command()
@@ -21,15 +21,15 @@ def validate(paths, corpus):
 
     errors = api.validate(paths, corpus=corpus)
     for line in errors:
-        click.echo(line, err=True)
+        echo(line, err=True)
     if errors:
-        click.echo(f"{len(errors)} problem(s) found", err=True)
+        echo(f"{len(errors)} problem(s) found", err=True)
         sys.exit(2)
     # warnings do not fail: a chunk may state the answer of another question's fact
     warnings = gold_warnings_paths(list(paths), corpus_root=corpus)
     for line in warnings:
-        click.echo(f"warning: {line}", err=True)
-    click.echo("ok: no problems found" + (f"; {len(warnings)} gold-completeness warning(s)"
+        echo(f"warning: {line}", err=True)
+    echo("ok: no problems found" + (f"; {len(warnings)} gold-completeness warning(s)"
                                            if warnings else ""))
 
 
@@ -43,6 +43,6 @@ def models():
     for name in ALIASES:
         default = " (default)" if name == DEFAULT_MODEL else ""
         lines = describe_alias(name)
-        click.echo(f"{name}{default}: {lines[0]}")
+        echo(f"{name}{default}: {lines[0]}")
         for line in lines[1:]:
-            click.echo(f"    {line}")
+            echo(f"    {line}")

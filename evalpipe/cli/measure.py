@@ -6,7 +6,7 @@ import json
 
 import click
 
-from evalpipe.cli.common import handle_errors
+from evalpipe.cli.common import echo, handle_errors
 
 
 @click.command("measure-formats")
@@ -29,26 +29,30 @@ def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump,
     and format, the share of tool-call attempts that parsed and validated, lenient and
     strict."""
     from evalpipe.backends import load_backend
+    from evalpipe.formats import get_format
     from evalpipe.measure import DEFAULT_QUESTIONS, render_table, run_format, validity
     from evalpipe.questions import load_questions
 
+    names = formats.split(",")
+    for name in names:
+        get_format(name)  # a misspelt format stops here, before the model loads
     questions = [q for path in (question_paths or DEFAULT_QUESTIONS)
                  for q in load_questions(path)]
     rows, replies = [], {}
     for model_id in model.split(","):
         backend = load_backend({"id": model_id})
-        for name in formats.split(","):
+        for name in names:
             samples = run_format(backend, name, questions, max_new_tokens=max_new_tokens,
                                  max_turns=turns)
             result = validity(samples)
             rows.append((model_id, name, result))
             if as_json:
-                click.echo(json.dumps({"model": model_id, "format": name, **result.rates()}))
+                echo(json.dumps({"model": model_id, "format": name, **result.rates()}))
             replies.setdefault(model_id, {})[name] = [t["raw"] for s in samples
                                                       for t in s.turns]
         del backend  # one model in memory at a time
     if not as_json:
-        click.echo(render_table(rows), nl=False)
+        echo(render_table(rows), nl=False)
     if dump:
         single = next(iter(replies.values())) if len(replies) == 1 else replies
         with open(dump, "w", encoding="utf-8") as f:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from evalpipe.cli.common import DEFAULT_CONFIG, handle_errors
+from evalpipe.cli.common import DEFAULT_CONFIG, echo, handle_errors
 
 
 @click.command()
@@ -26,6 +26,7 @@ def retrieve(config_path, methods, k, question_paths, as_json):
     from evalpipe.corpus import chunk_corpus, load_corpus
     from evalpipe.errors import InputError
     from evalpipe.questions import load_questions, question_files
+    from evalpipe.retrieval import resolve_settings
     from evalpipe.retrieval.evaluate import evaluate_retrievers, format_table
 
     config = load_config(config_path)
@@ -36,8 +37,10 @@ def retrieve(config_path, methods, k, question_paths, as_json):
     settings = [{"method": m} for m in methods] or [
         {key: v for key, v in r.record().items() if key not in ("mode", "k")}
         for r in config.retrieval if r.on] or [{"method": "bm25"}]
+    for s in settings:
+        resolve_settings(s)  # a misspelt --method stops here, before any index or model
     docs = load_corpus(config.corpus)
     chunks = chunk_corpus(docs, config.chunking.size, config.chunking.overlap)
     rows = evaluate_retrievers(questions, chunks, settings, k=k or config.k)
-    click.echo(json.dumps(rows, indent=2) if as_json else format_table(rows))
+    echo(json.dumps(rows, indent=2) if as_json else format_table(rows))
 

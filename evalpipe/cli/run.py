@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from evalpipe.backends.local.cpu import AUTO, DTYPES
-from evalpipe.cli.common import DEFAULT_CONFIG, handle_errors
+from evalpipe.cli.common import DEFAULT_CONFIG, echo, handle_errors
 from evalpipe.errors import InputError
 
 
@@ -41,7 +41,7 @@ def run(config_path, limit, out_root, models, suites, dtype, sets, resume_dir, r
     Writes outputs/<run_id>/ with manifest.json, questions.jsonl, samples.jsonl,
     scores.json and table.md, and points outputs/latest at it once it finished. Replies
     are cached (~/.cache/evalpipe/generations.sqlite) so a re-run pays only for what
-    changed. Exit codes: 0 finished, 2 bad input, 130/143 interrupted (SIGINT/SIGTERM;
+    changed. Exit codes: 0 finished, 2 bad input, 129/130/143 interrupted (SIGHUP/SIGINT/SIGTERM;
     continue with --resume), 1 anything else.
     """
     from evalpipe import api
@@ -57,14 +57,14 @@ def run(config_path, limit, out_root, models, suites, dtype, sets, resume_dir, r
                              suites=split(suites), dtype=dtype, sets=sets), out_root, no_cache)
         return
     result = api.run(None if resume_dir else config_path, out=out_root, resume=resume_dir,
-                     use_cache=not no_cache, retry_infra=retry_infra, echo=click.echo,
+                     use_cache=not no_cache, retry_infra=retry_infra, echo=echo,
                      limit=limit,
                      models=split(models), suites=split(suites), dtype=dtype, sets=sets)
     if result.helper_rank:  # rank 0 merges, scores and prints the table
         return
-    click.echo("")
-    click.echo(result.table)
-    click.echo(f"results: {result.run_dir}")
+    echo("")
+    echo(result.table)
+    echo(f"results: {result.run_dir}")
 
 
 @click.command()
@@ -76,7 +76,7 @@ def score(run_dir, k):
     from evalpipe import api
 
     api.score(run_dir, k=k)
-    click.echo((Path(run_dir) / "table.md").read_text(encoding="utf-8"))
+    echo((Path(run_dir) / "table.md").read_text(encoding="utf-8"))
 
 
 def _print_plan(config, out_root: str, no_cache: bool) -> None:
@@ -85,7 +85,7 @@ def _print_plan(config, out_root: str, no_cache: bool) -> None:
 
     cache = None if no_cache else GenerationCache()
     try:
-        click.echo(render_plan(make_plan(config, out_root=Path(out_root), cache=cache)), nl=False)
+        echo(render_plan(make_plan(config, out_root=Path(out_root), cache=cache)), nl=False)
     finally:
         if cache is not None:
             cache.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from evalpipe.cli.common import handle_errors
+from evalpipe.cli.common import echo, handle_errors
 
 
 @click.command()
@@ -36,4 +36,4 @@ def show(run_dir, question_id, cell, table):
     from evalpipe._report.show import find_samples, render_sample
 
     samples, texts = find_samples(run_dir, question_id, cell)
-    click.echo("\n".join(render_sample(s, texts) for s in samples), nl=False)
+    echo("\n".join(render_sample(s, texts) for s in samples), nl=False)
