@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalpipe.report.load import RunData, baseline_cells, cell_facets, model_parameters
+from evalpipe.report.load import (
+    RunData,
+    baseline_cells,
+    cell_facets,
+    model_parameters,
+    run_facts,
+)
 from evalpipe.report.tables import CATEGORY_ORDER
 from evalpipe.scoring.cost import probe_summary
 from evalpipe.scoring.stats import wilson
@@ -61,7 +67,7 @@ def suites_of(run: RunData) -> list[str]:
 
 
 def build_report(run: RunData) -> dict[str, Any]:
-    """{run_id, k, suites, cells, accuracy, categories, cost, repeats, audit}
+    """{run_id, run, k, suites, cells, accuracy, categories, cost, repeats, audit}
     (see docs/reports.md)."""
     k = run.k
     cells = run.cells()
@@ -125,6 +131,7 @@ def build_report(run: RunData) -> dict[str, Any]:
             continue
         fields = cost_fields(c)
         row = {"cell_id": c, "baseline": bases.get(c), "n": g.get("n"),
+               "cached": (g.get("cost") or {}).get("cached_samples", 0),
                "probe_n": (probe.get(c) or {}).get("n", 0), "fields": fields, "ratios": {}}
         base = cost_fields(bases.get(c)) if bases.get(c) else {}
         for f in RATIO_FIELDS:
@@ -137,7 +144,10 @@ def build_report(run: RunData) -> dict[str, Any]:
     repeats = [{"cell_id": c, **groups[(c, "all")]["repeats"]} for c in cells
                if (groups.get((c, "all")) or {}).get("repeats")]
 
-    return {"run_id": run.run_id, "k": k, "scorer_version": run.scores.get("scorer_version"),
+    facts = run_facts(run.manifest)
+    facts["models"] = list(dict.fromkeys([*facts["models"],
+                                          *(c["model"] for c in cell_rows if c["model"])]))
+    return {"run_id": run.run_id, "run": facts, "k": k, "scorer_version": run.scores.get("scorer_version"),
             "rescored": run.rescored, "suites": suites, "cells": cell_rows,
             "category_order": order, "accuracy": accuracy, "categories": categories,
             "cost": cost, "repeats": repeats, "audit": run.audit,
