@@ -17,7 +17,6 @@ from typing import Any
 
 from evalpipe.scoring.stats import summary
 
-
 TIME_FIELDS = ("prefill_compute_ms", "prefill_ms", "ttft_ms", "decode_ms", "wall_ms")
 
 
