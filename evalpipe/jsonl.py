@@ -41,13 +41,15 @@ def append(path: str | Path, records: Iterable[Any]) -> int:
     return len(lines)
 
 
-def scan(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """(offset just after the line, record) for each complete record, in order."""
+def scan(path: str | Path, start: int = 0) -> Iterator[tuple[int, Any]]:
+    """(offset just after the line, record) for each complete record, in order; from
+    byte `start` (an offset scan gave before) to read only what was appended since."""
     path = Path(path)
     if not path.is_file():
         return
     with open(path, "rb") as f:
-        offset, bad = 0, None
+        f.seek(start)
+        offset, bad = start, None
         for number, line in enumerate(f, start=1):
             if not line.endswith(b"\n"):
                 return  # the last write was cut short

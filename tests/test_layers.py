@@ -26,6 +26,8 @@ FORBIDDEN = [
     ("evalpipe.backends", "evalpipe.engine"), ("evalpipe.backends", "evalpipe.runner"),
     ("evalpipe.backends", "evalpipe.report"), ("evalpipe.engine", "evalpipe.runner"),
     ("evalpipe.report", "evalpipe.runner"), ("evalpipe.report", "evalpipe.engine"),
+    ("evalpipe.report", "evalpipe.view"), ("evalpipe.view", "evalpipe.runner"),
+    ("evalpipe.view", "evalpipe.engine"), ("evalpipe.view", "evalpipe.backends"),
 ]
 # Foundations: every other module may use them, so they use none of the rest.
 FOUNDATIONS = {"evalpipe.errors", "evalpipe.paths", "evalpipe.identity"}
