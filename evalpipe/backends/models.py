@@ -17,7 +17,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalpipe.errors import ModelUnavailableError
+from evalpipe.errors import ModelUnavailableError, UnknownModelError
 from evalpipe.paths import cache_dir
 
 
@@ -120,7 +120,7 @@ def resolve_model(model_id: str) -> Path | str:
     path = Path(model_id).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
-            raise ModelUnavailableError(f"GGUF file not found: {path}")
+            raise UnknownModelError(f"GGUF file not found: {path}")
         import hashlib
 
         digest = hashlib.sha256(f"{path.resolve()}:{path.stat().st_mtime_ns}".encode()).hexdigest()
@@ -131,7 +131,7 @@ def resolve_model(model_id: str) -> Path | str:
     if path.is_dir():
         return path
     if path.exists() or model_id.startswith((".", "/")):
-        raise ModelUnavailableError(f"model path is not a folder or .gguf file: {model_id}")
+        raise UnknownModelError(f"model path is not a folder or .gguf file: {model_id}")
     return _hub_model(model_id)
 
 
@@ -149,7 +149,7 @@ def _hub_model(model_id: str) -> Path | str:
         return Path(snapshot_download(model_id, local_files_only=True))
     reason = hub_unreachable()
     if reason:
-        raise ModelUnavailableError(
+        raise UnknownModelError(
             f"model '{model_id}' is not a known alias, a local folder, a .gguf file or a Hub "
             f"model in the local cache, and {reason}; see `evalpipe models` for the aliases")
     return model_id
