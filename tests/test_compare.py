@@ -241,3 +241,13 @@ def test_runs_without_fingerprints_pair_by_cell_id(run_a, tmp_path):
     assert len(cmp.warnings) == 2
     with pytest.raises(CompareRefused):
         compare_runs(load_run(run_a), load_run(b), strict=True)
+
+
+def test_compare_help_prints_95_percent_once():
+    from click.testing import CliRunner
+
+    from evalpipe.cli import main
+
+    res = CliRunner().invoke(main, ["compare", "--help"])
+    assert res.exit_code == 0
+    assert "95% interval" in res.output and "%%" not in res.output
