@@ -112,7 +112,13 @@ def test_markdown(data):
 
 def test_csv_is_tidy(data):
     rows = list(csv.DictReader(io.StringIO(render_csv(data))))
-    assert list(rows[0]) == ["cell_id", "suite", "metric", "value", "n", "lo", "hi"]
+    assert list(rows[0]) == ["cell_id", "model", "format", "toolset", "retrieval",
+                             "retrieval_method", "suite", "metric", "value", "n", "lo", "hi"]
+    tools = next(r for r in rows if r["cell_id"] == TOOLS)
+    assert (tools["model"], tools["format"], tools["toolset"], tools["retrieval"],
+            tools["retrieval_method"]) == (MODEL, "hermes", "calculator", "prepend", "bm25")
+    base = next(r for r in rows if r["cell_id"] == BASE)
+    assert (base["toolset"], base["retrieval"], base["retrieval_method"]) == ("none", "none", "")
     keys = [(r["cell_id"], r["suite"], r["metric"]) for r in rows]
     assert len(keys) == len(set(keys))  # one row per cell x suite x metric
     by = {k: r for k, r in zip(keys, rows)}
@@ -127,6 +133,10 @@ def test_csv_is_tidy(data):
 def test_json_round_trips(data):
     back = json.loads(render_json(data))
     assert back["accuracy"][0]["metrics"]["exact"]["rate"] == 0.25
+    for table in ("accuracy", "categories", "cost"):  # the facets beside every cell id
+        row = next(r for r in back[table] if r["cell_id"] == TOOLS)
+        assert (row["model"], row["format"], row["toolset"], row["retrieval_mode"],
+                row["retrieval_method"]) == (MODEL, "hermes", "calculator", "prepend", "bm25")
     assert set(back) >= {"run_id", "k", "suites", "cells", "accuracy", "categories", "cost"}
 
 

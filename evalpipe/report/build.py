@@ -39,6 +39,7 @@ COST_FIELDS = [("prompt_tokens", "prompt tokens"), ("prefix_tokens", "of which s
                ("probe_decode_tps", "decode tokens/s (unbatched)"),
                ("ttft_ms", "time to first token ms (under load)"),
                ("wall_ms", "wall ms (under load)")]
+FACETS = ("model", "format", "toolset", "retrieval_mode", "retrieval_method")
 RATIO_FIELDS = ["prompt_tokens", "completion_tokens", "prefill_compute_ms", "probe_ttft_ms",
                 "ttft_ms", "wall_ms"]
 
@@ -82,6 +83,10 @@ def build_report(run: RunData) -> dict[str, Any]:
                           "parameters_source": source, "baseline": bases.get(c),
                           "fingerprint": run.cell_info(c).get("fingerprint")})
 
+    # model, format, toolset and retrieval beside each row's cell id, so tables and
+    # exports group by them without parsing the id
+    facet_of = {r["cell_id"]: {k: r[k] for k in FACETS} for r in cell_rows}
+
     accuracy = []
     for c in cells:
         for s in suites:
@@ -89,7 +94,7 @@ def build_report(run: RunData) -> dict[str, Any]:
             if g is None:
                 continue
             rates = _rates(g)
-            accuracy.append({"cell_id": c, "suite": s, "n": g.get("n"),
+            accuracy.append({"cell_id": c, **facet_of[c], "suite": s, "n": g.get("n"),
                              "n_infra": g.get("n_infra", 0),
                              "n_tool_failure": g.get("n_tool_failure", 0),
                              "n_scorer_error": g.get("n_scorer_error", 0),
@@ -113,7 +118,7 @@ def build_report(run: RunData) -> dict[str, Any]:
             lo, hi = wilson(cnt, n)
             shares[cat] = {"rate": cnt / n if n else None, "n": n, "lo": lo, "hi": hi,
                            "count": cnt}
-        categories.append({"cell_id": c, "n": n, "counts": counts, "shares": shares,
+        categories.append({"cell_id": c, **facet_of[c], "n": n, "counts": counts, "shares": shares,
                            "subtypes": g.get("subtypes", {}), "flags": g.get("flags", {})})
 
     probe = probe_summary(run.probe)
@@ -130,7 +135,7 @@ def build_report(run: RunData) -> dict[str, Any]:
         if g is None:
             continue
         fields = cost_fields(c)
-        row = {"cell_id": c, "baseline": bases.get(c), "n": g.get("n"),
+        row = {"cell_id": c, **facet_of[c], "baseline": bases.get(c), "n": g.get("n"),
                "cached": (g.get("cost") or {}).get("cached_samples", 0),
                "probe_n": (probe.get(c) or {}).get("n", 0), "fields": fields, "ratios": {}}
         base = cost_fields(bases.get(c)) if bases.get(c) else {}

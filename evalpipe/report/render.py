@@ -256,7 +256,8 @@ def render_markdown(data: dict[str, Any]) -> str:
 
 # -- CSV ---------------------------------------------------------------------------------------
 
-CSV_HEADER = ["cell_id", "suite", "metric", "value", "n", "lo", "hi"]
+CSV_HEADER = ["cell_id", "model", "format", "toolset", "retrieval", "retrieval_method", "suite",
+              "metric", "value", "n", "lo", "hi"]
 
 
 def tidy_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -305,10 +306,17 @@ def tidy_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def render_csv(data: dict[str, Any]) -> str:
+    """tidy_rows with each cell's model, format, toolset and retrieval (mode, method) in
+    columns of their own."""
+    facets = {c["cell_id"]: {"model": c.get("model"), "format": c.get("format"),
+                             "toolset": c.get("toolset"), "retrieval": c.get("retrieval_mode"),
+                             "retrieval_method": c.get("retrieval_method")}
+              for c in data["cells"]}
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_HEADER, lineterminator="\n")
     writer.writeheader()
     for row in tidy_rows(data):
+        row = {**row, **facets.get(row["cell_id"], {})}
         writer.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) else v))
                          for k, v in row.items()})
     return buf.getvalue()
