@@ -103,18 +103,24 @@ def fingerprint(cell: Cell, backend_facts: dict, toolset_schemas: list, config: 
     }, n=16)
 
 
+def _silent(_: str) -> None:
+    pass
+
+
 def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path | None = None,
-                use_cache: bool = True, echo: Callable[[str], None] = print,
-                engine: Engine | None = None, retry_infra: bool = False) -> Path:
+                use_cache: bool = True, echo: Callable[[str], None] = _silent,
+                engine: Engine | None = None, retry_infra: bool = False,
+                progress: bool = False) -> Path:
     """Run every cell of the grid and score it; returns the run directory.
 
     With `resume`, continue a stopped run in place: samples already written are
     kept (a torn last line is cut), and only the missing cell x question pairs run.
     With `retry_infra` as well, the samples that failed for infrastructure reasons
-    run again and replace their first attempt in place.
+    run again and replace their first attempt in place. Nothing is printed: `echo`
+    receives the log lines, and `progress` shows a bar per cell on stderr.
     """
     run = Run(config, Path(out_root or "outputs"), resume=resume, retry_infra=retry_infra,
-              echo=echo)
+              echo=echo, progress=progress)
     cache = GenerationCache() if use_cache else None
     try:
         return run.execute(engine or Engine(cache.session if cache else None), cache)
@@ -163,8 +169,9 @@ class Run:
     """
 
     def __init__(self, config: RunConfig, out_root: Path, *, resume: Path | None = None,
-                 retry_infra: bool = False, echo: Callable[[str], None] = print):
-        self.config, self.out_root, self.echo = config, out_root, echo
+                 retry_infra: bool = False, echo: Callable[[str], None] = _silent,
+                 progress: bool = False):
+        self.config, self.out_root, self.echo, self.progress = config, out_root, echo, progress
         self.rank, self.world = parallel.rank_world()
         self.token = parallel.launch_key(config.hash()) if self.world > 1 else None
         if retry_infra and resume is None:
@@ -299,7 +306,7 @@ class Run:
         return _run_cells(self.config, self.cells, self.corpus, engine, self.questions, mine,
                           self.done, self.run_id, self.write, on_cell=self._record_cell,
                           after_cell=self._probe if self.config.latency_probe else None,
-                          progress=True, stop=stop)
+                          progress=self.progress, stop=stop)
 
     def _probe(self, runtime: CellRuntime) -> None:
         """The latency probe of one cell (evalpipe.probe), once per run: probe.jsonl."""
@@ -373,6 +380,9 @@ class Run:
         parallel.mark_done(self.store.path, self.rank, count, token=self.token)
 
 
+BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} samples [{elapsed}]"
+
+
 def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engine: Engine,
                questions: list[Question], mine: list[Question],
                done: set[tuple[str, str, int]], run_id: str,
@@ -408,8 +418,11 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
                 # The engine draws questions as conversations end: a lazy, stoppable list.
                 pending = itertools.takewhile(lambda q: not stop, left)
                 desc = cell.id if len(seeds) == 1 else f"{cell.id} #{r + 1}/{len(seeds)}"
+                # Samples done and time spent, no estimate: batched conversations end in
+                # waves, so a rate over the first ones says nothing about the rest.
                 with tqdm(total=len(mine), initial=len(mine) - len(left), desc=desc,
-                          unit="q", dynamic_ncols=True, disable=not progress) as bar:
+                          bar_format=BAR_FORMAT, dynamic_ncols=True,
+                          disable=not progress) as bar:
                     for samples in engine.run(repeat, pending, run_id, progress=bar.update):
                         write([s.to_dict() for s in samples])
                         count += len(samples)

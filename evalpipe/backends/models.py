@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,22 @@ ALIASES: dict[str, ModelAlias] = {
     ]
 }
 DEFAULT_MODEL = "smollm2-135m"
+
+
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """No progress bars from transformers while a model or tokenizer loads ("Loading
+    weights", the GGUF conversion's bars): evalpipe shows its own progress, and the
+    Python API shows none unless asked."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 def converted_dir(alias: str) -> Path:
@@ -91,8 +108,9 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs = {"gguf_file": gguf_path.name}
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
-    quantised = AutoModelForCausalLM.from_pretrained(gguf_path.parent, **kwargs)
+    with quiet_loading():
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
+        quantised = AutoModelForCausalLM.from_pretrained(gguf_path.parent, **kwargs)
     config = quantised.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the weights are dequantised now
