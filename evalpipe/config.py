@@ -390,6 +390,7 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
             return p
         return str(base / p)
 
+    _check_custom_tools(spec.custom_tools, source, text)
     if spec.corpus is None and any(r.mode != "none" for r in spec.retrieval):
         raise InputError("retrieval is on but no corpus is named", file=source, field="corpus",
                          expected="a folder of documents")
@@ -420,6 +421,16 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
         exclude=[r.model_dump(exclude_none=True) for r in spec.exclude],
         source=source,
     )
+
+
+def _check_custom_tools(specs: list[str], source: str, text: str | None) -> None:
+    """Import every custom tool now: a bad entry fails before anything runs, naming
+    the config's file, line and `custom_tools[i]`."""
+    from evalpipe.tools.builtin import tool_from_callable
+
+    for i, entry in enumerate(specs):
+        tool_from_callable(entry, file=source, field=f"custom_tools[{i}]",
+                           line=_line_of(text, ["custom_tools", i]) if text else None)
 
 
 def _shape(raw: dict[str, Any]) -> dict[str, Any]:

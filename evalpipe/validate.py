@@ -32,7 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.errors import InputError
-from evalpipe.questions import Question, load_questions, parse_question, question_files
+from evalpipe.questions import (
+    BFCL_SOURCE,
+    Question,
+    load_questions,
+    parse_question,
+    question_files,
+)
+from evalpipe.tools.registry import Tool
 
 REL_TOL = 1e-9
 _LINE_SUFFIXES = (".jsonl", ".json")
@@ -91,34 +98,54 @@ def span_contains_answer(span_text: str, q: Question) -> bool:
     return bool(str(answer).strip()) and _fold(str(answer).strip()) in folded
 
 
+def _is_plain_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _close(a: float, b: float) -> bool:
     return a == b or math.isclose(a, b, rel_tol=REL_TOL, abs_tol=0.0)
 
 
-def _check_plan(q: Question, file: str, line: int) -> list[str]:
+def _check_plan(q: Question, file: str, line: int, custom: dict[str, Tool] | None = None
+                ) -> list[str]:
     from evalpipe.plans import execute_gold_plan
     from evalpipe.tools import BUILTIN_TOOLS, build_toolset
     from evalpipe.tools.schema_only import schema_tool
 
+    custom = custom or {}
     errors = []
-    tools = known_tools() | {schema_tool(t).name for t in q.tools}  # and its own schema-only
+    # the built-in tools, the config's custom tools and the question's own schema-only ones
+    tools = known_tools() | set(custom) | {schema_tool(t).name for t in q.tools}
     for i, step in enumerate(q.gold_calls or []):
         if step["name"] not in tools:
             suggestion = difflib.get_close_matches(step["name"], sorted(tools), n=1)
             hint = f" (did you mean {suggestion[0]!r}?)" if suggestion else ""
             errors.append(_error(file, line, f"gold_calls[{i}].name",
                                  f"unknown tool {step['name']!r}{hint}",
-                                 "one of " + ", ".join(sorted(tools))))
+                                 "one of " + ", ".join(sorted(tools))
+                                 + ("" if custom else "; a custom tool needs --config")))
     if errors or not q.gold_calls:
         return errors
-    if any(step["name"] not in BUILTIN_TOOLS for step in q.gold_calls):
+    runnable = set(BUILTIN_TOOLS) | set(custom)
+    if any(step["name"] not in runnable for step in q.gold_calls):
         return []  # search_site needs a retriever; its plan cannot be replayed here
     try:
-        results = execute_gold_plan(q.gold_calls, build_toolset("math"))
+        results = execute_gold_plan(q.gold_calls,
+                                    build_toolset("math").with_tools(*custom.values()))
     except ValueError as exc:
         return [_error(file, line, "gold_calls", f"the gold plan fails: {exc}",
                        "a plan the real tools can execute")]
     final = results[q.gold_calls[-1]["id"]]
+    if q.answer_type in ("calls", "abstain"):
+        return []  # graded by the calls alone, or no answer to reach
+    if q.answer_type == "text" and not _is_plain_number(final):
+        # a custom tool may return text: it must be the answer or an alias
+        wanted = {_fold(str(a)).strip() for a in (q.answer, *q.aliases)}
+        if _fold(str(final)).strip() in wanted:
+            return []
+        return [_error(file, line, "answer",
+                       f"got {q.answer!r} but executing gold_calls gives {final!r}",
+                       "the result of the last gold step, or one of the aliases")]
     try:
         gold = float(q.answer)
     except (TypeError, ValueError):
@@ -301,13 +328,14 @@ def _records(path: Path, file: str) -> tuple[list[tuple[int, Any]], list[str]]:
     return records, errors
 
 
-def validate_file(path: str | Path, corpus: _Corpus | str = "datasets/site") -> list[str]:
-    """Every problem in one question file."""
+def validate_file(path: str | Path, corpus: _Corpus | str = "datasets/site",
+                  custom: dict[str, Tool] | None = None) -> list[str]:
+    """Every problem in one question file; `custom`: the config's custom tools by name."""
     if isinstance(corpus, str):
         corpus = _Corpus(corpus)
     path = Path(path)
     file = str(path)
-    if not path.exists():
+    if not path.exists() and not file.startswith(BFCL_SOURCE):
         return [_error(file, None, None, "file not found", "a question file or folder")]
     questions: list[tuple[int, Question]] = []
     errors: list[str] = []
@@ -335,7 +363,7 @@ def validate_file(path: str | Path, corpus: _Corpus | str = "datasets/site") -> 
                                                      f"{seen[q.id]})", "ids unique within a file"))
         else:
             seen[q.id] = number
-        errors.extend(_check_plan(q, file, number))
+        errors.extend(_check_plan(q, file, number, custom))
         errors.extend(_check_passages(q, file, number, corpus))
     return sorted(errors, key=_line_of)
 
@@ -345,11 +373,18 @@ def _line_of(message: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else 0, message)
 
 
-def validate_paths(paths: list[str], corpus_root: str = "datasets/site") -> list[str]:
+def validate_paths(paths: list[str], corpus_root: str = "datasets/site",
+                   custom_tools: Iterable[str] = ()) -> list[str]:
     """Every problem in the given question files; folders expand to their *.jsonl files.
+    `custom_tools`: the config's `package.module:function` tools, which gold plans may
+    call (and which are run to check them).
 
     Returns an empty list when everything is valid."""
+    from evalpipe.tools.builtin import tool_from_callable
+
     corpus = _Corpus(corpus_root)
+    custom = {t.name: t for t in (tool_from_callable(spec, field=f"custom_tools[{i}]")
+                                  for i, spec in enumerate(custom_tools))}
     errors: list[str] = []
     for given in paths:
         p = Path(given)
@@ -359,17 +394,20 @@ def validate_paths(paths: list[str], corpus_root: str = "datasets/site") -> list
                 errors.append(_error(str(p), None, None, "folder holds no question files",
                                      "*.jsonl files"))
             for f in files:
-                errors.extend(validate_file(f, corpus))
+                errors.extend(validate_file(f, corpus, custom))
         else:
-            errors.extend(validate_file(p, corpus))
+            errors.extend(validate_file(p, corpus, custom))
     return errors
 
 
 def validate(paths: str | Path | Iterable[str | Path], *,
-             corpus: str | Path = "datasets/site") -> list[str]:
-    """Every problem in question files or folders, one line each; [] when valid."""
+             corpus: str | Path = "datasets/site", custom_tools: Iterable[str] = ()
+             ) -> list[str]:
+    """Every problem in question files or folders, one line each; [] when valid.
+    `custom_tools`: a config's custom tools, which gold plans may call."""
     items = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    return validate_paths([str(p) for p in items], corpus_root=str(corpus))
+    return validate_paths([str(p) for p in items], corpus_root=str(corpus),
+                          custom_tools=custom_tools)
 
 
 class _PublicModule(types.ModuleType):

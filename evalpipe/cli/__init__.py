@@ -6,6 +6,9 @@ imports this package.
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 from evalpipe.cli import audit, check, import_cmd, measure, report, retrieve, run, show, view
@@ -15,6 +18,10 @@ from evalpipe.cli import audit, check, import_cmd, measure, report, retrieve, ru
 @click.version_option(package_name="evalpipe")
 def main():
     """Batch evaluation of LLM tool calling, agent loops and RAG."""
+    # As `python -m evalpipe` does: a custom tool module in the current folder imports
+    # (custom_tools: [my_tools:lookup]) without PYTHONPATH=.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
 
 
 for command in (run.run, run.plan, run.score, check.validate, check.models, report.report,
