@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
 import signal
 import sys
@@ -25,6 +26,7 @@ from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
 from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, CellRuntime, Engine
 from evalpipe.errors import EvalpipeError, InfraError, InputError, Interrupted
 from evalpipe.formats import get_format
+from evalpipe.health import first_turn_tokens, ignored_tools
 from evalpipe.identity import sample_key
 from evalpipe.probe import probe_questions, run_probe
 from evalpipe.questions import Question, load_questions, question_files
@@ -306,7 +308,15 @@ class Run:
         return _run_cells(self.config, self.cells, self.corpus, engine, self.questions, mine,
                           self.done, self.run_id, self.write, on_cell=self._record_cell,
                           after_cell=self._probe if self.config.latency_probe else None,
-                          progress=self.progress, stop=stop)
+                          progress=self.progress, stop=stop, warn=self._warn)
+
+    def _warn(self, message: str) -> None:
+        """A warning about the run: in its log and in the manifest (reports show it)."""
+        self.echo(f"warning: {message}")
+        warnings = self.manifest.setdefault("warnings", [])
+        if message not in warnings:
+            warnings.append(message)
+            self.store.write_json("manifest.json", self.manifest)
 
     def _probe(self, runtime: CellRuntime) -> None:
         """The latency probe of one cell (evalpipe.probe), once per run: probe.jsonl."""
@@ -389,11 +399,13 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
                write: Callable[[list[dict]], None], *,
                on_cell: Callable[[Cell, CellRuntime, dict], None] | None = None,
                after_cell: Callable[[CellRuntime], None] | None = None,
-               progress: bool = False, stop: _StopFlag | None = None) -> int:
+               progress: bool = False, stop: _StopFlag | None = None,
+               warn: Callable[[str], None] | None = None) -> int:
     """Generate every (cell, question, repeat) of `mine` not yet `done`, one model loaded
     at a time, a cell's repeats one after another (each with its own seed); each finished
     group of samples goes to `write`. Returns the count written. Once `stop` is set no
-    conversation starts; those in flight finish and are written."""
+    conversation starts; those in flight finish and are written. After each model,
+    `warn` hears of a cell whose backend seems to have ignored its tools (health.py)."""
     count = 0
     seeds = config.repeat_seeds()
     for model in config.models:
@@ -404,8 +416,11 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
             continue
         backend = load_backend(model)
         facts = backend.describe()
+        first_tokens: dict[str, dict[str, int]] = {}  # cell -> question -> first prompt
+        offered: dict[str, list[dict[str, Any]]] = {}  # cell -> its tools' schemas
         for cell in model_cells:
             runtime = _runtime(cell, backend, facts, config, corpus, questions)
+            offered[cell.id] = runtime.toolset.schemas()
             if on_cell is not None:
                 on_cell(cell, runtime, facts)
             for r, seed in enumerate(seeds):
@@ -424,11 +439,35 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
                           bar_format=BAR_FORMAT, dynamic_ncols=True,
                           disable=not progress) as bar:
                     for samples in engine.run(repeat, pending, run_id, progress=bar.update):
-                        write([s.to_dict() for s in samples])
+                        records = [s.to_dict() for s in samples]
+                        write(records)
                         count += len(samples)
+                        seen = first_tokens.setdefault(cell.id, {})
+                        for qid, tokens in first_turn_tokens(records).items():
+                            seen.setdefault(qid, tokens)
             if after_cell is not None and not stop:  # the model is still loaded
                 after_cell(runtime)
+        if warn is not None:
+            for problem in _ignored_tools(model_cells, first_tokens, offered):
+                warn(problem)
     return count
+
+
+def _ignored_tools(cells: list[Cell], first_tokens: dict[str, dict[str, int]],
+                   offered: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """health.ignored_tools for each cell of one model that offers tools, against the
+    cell of the same retrieval that offers none, when the run has it."""
+    plain = {json.dumps(c.retrieval, sort_keys=True): c.id for c in cells
+             if not offered.get(c.id)}
+    out = []
+    for cell in cells:
+        if offered.get(cell.id) and first_tokens.get(cell.id):
+            base = plain.get(json.dumps(cell.retrieval, sort_keys=True))
+            problem = ignored_tools(cell.id, first_tokens[cell.id], offered[cell.id],
+                                    first_tokens.get(base) if base else None)
+            if problem:
+                out.append(problem)
+    return out
 
 
 def _now() -> str:

@@ -25,7 +25,7 @@ def validate(paths, config_path, corpus):
     from evalpipe.errors import InputError
     from evalpipe.validate import gold_warnings_paths
 
-    custom_tools: list[str] = []
+    custom_tools = []
     if config_path:
         config = api.load(config_path)
         custom_tools = config.custom_tools
