@@ -29,7 +29,7 @@ from typing import Any
 from evalpipe import jsonl
 from evalpipe.errors import EvalpipeError, InputError, StorageError
 from evalpipe.identity import sample_key
-from evalpipe.questions import Question, load_questions
+from evalpipe.questions import Question, parse_question
 
 PACKAGES = ("evalpipe", "torch", "transformers", "datasets", "scikit-learn", "numpy", "gguf",
             "accelerate", "jsonschema")
@@ -156,7 +156,16 @@ class RunStore:
             json.dumps(q.to_dict(), ensure_ascii=False) + "\n" for q in questions))
 
     def questions(self) -> dict[str, Question]:
-        return {q.id: q for q in load_questions(self.path / "questions.jsonl")}
+        """The run's question snapshot, checked record by record (read as plain JSON
+        lines: the file is evalpipe's own, and HF datasets took seconds to load 20,000)."""
+        path = self.path / "questions.jsonl"
+        if not path.is_file():
+            raise InputError("no questions.jsonl in run directory", file=str(self.path))
+        out: dict[str, Question] = {}
+        for line, record in enumerate(jsonl.read(path), start=1):
+            q = parse_question(record, file=str(path), line=line)
+            out[q.id] = q
+        return out
 
     def append_samples(self, samples: Iterable[dict[str, Any]]) -> None:
         """Append whole records and fsync, so a crash never leaves a half-written batch
@@ -179,6 +188,20 @@ class RunStore:
     def _append_to(self, path: Path, samples: Iterable[dict[str, Any]]) -> None:
         with storage(path):
             jsonl.append(path, samples)
+
+    @property
+    def judgements_path(self) -> Path:
+        return self.path / "judgements.jsonl"
+
+    def read_judgements(self) -> list[dict[str, Any]]:
+        """The judge's recorded verdicts (evalpipe.judge); [] when the run has none."""
+        return [r for _, r in jsonl.scan(self.judgements_path)] \
+            if self.judgements_path.exists() else []
+
+    def write_judgements(self, records: Iterable[dict[str, Any]]) -> None:
+        """Replace judgements.jsonl whole (one record per judged sample)."""
+        self.write_text("judgements.jsonl", "".join(
+            json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
     def iter_samples(self, path: Path | None = None) -> Iterator[dict[str, Any]]:
         """Every complete record, streamed; a torn last line is dropped."""

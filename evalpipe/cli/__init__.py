@@ -11,7 +11,18 @@ import sys
 
 import click
 
-from evalpipe.cli import audit, check, import_cmd, measure, report, retrieve, run, show, view
+from evalpipe.cli import (
+    audit,
+    check,
+    import_cmd,
+    judge,
+    measure,
+    report,
+    retrieve,
+    run,
+    show,
+    view,
+)
 
 
 @click.group()
@@ -26,7 +37,7 @@ def main():
 
 for command in (run.run, run.plan, run.score, check.validate, check.models, report.report,
                 report.compare, retrieve.retrieve, measure.measure_formats, show.show,
-                audit.audit, import_cmd.import_group, view.view):
+                audit.audit, judge.judge, import_cmd.import_group, view.view):
     main.add_command(command)
 
 if __name__ == "__main__":

@@ -104,12 +104,18 @@ def _scale_x(ax, values: list[float], ticks_at_values: bool = False) -> None:
         ax.set_xlim(max(0, lo - pad), hi + pad)
 
 
+def _sized_cells(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cells of known size, when at least two sizes are known (one is no curve)."""
+    cells = [c for c in data["cells"] if c.get("parameters")]
+    return cells if len({c["parameters"] for c in cells}) >= 2 else []
+
+
 def accuracy_vs_size(data: dict[str, Any]) -> bytes | None:
     """Exact match (95% interval) against parameter count, one panel per suite, one line
     per configuration (format/toolset/retrieval); None unless at least two model sizes
     are known (one size is no curve)."""
-    cells = [c for c in data["cells"] if c.get("parameters")]
-    if len({c["parameters"] for c in cells}) < 2:
+    cells = _sized_cells(data)
+    if not cells:
         return None
     plt = _plt()
     suites = data["suites"]
@@ -178,6 +184,19 @@ def categories_stacked(data: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
+def _cost_points(data: dict[str, Any]) -> list[tuple[str, float, float | None, dict]]:
+    """(cell, mean tokens, mean wall ms or None, exact match) of the cells with both."""
+    pts = []
+    for r in data["cost"]:
+        m = _exact(data, r["cell_id"], "all")
+        f = r["fields"]
+        tokens = [(f.get(x) or {}).get("mean") for x in ("prompt_tokens", "completion_tokens")]
+        if m is None or None in tokens:
+            continue
+        pts.append((r["cell_id"], sum(tokens), (f.get("wall_ms") or {}).get("mean"), m))
+    return pts
+
+
 WALL_LABEL = "wall ms per sample, under load (inside the running batch)"
 
 
@@ -185,15 +204,7 @@ def accuracy_vs_cost(data: dict[str, Any]) -> bytes | None:
     """Exact match (suite all) against mean tokens and mean wall time per sample. The
     wall time is measured under load (a row waits for the rows batched with it) and
     leaves out samples served from the reply cache (scoring/cost.py)."""
-    pts = []
-    for r in data["cost"]:
-        m = _exact(data, r["cell_id"], "all")
-        f = r["fields"]
-        tokens = [(f.get(x) or {}).get("mean") for x in ("prompt_tokens", "completion_tokens")]
-        wall = (f.get("wall_ms") or {}).get("mean")
-        if m is None or None in tokens:
-            continue
-        pts.append((r["cell_id"], sum(tokens), wall, m))
+    pts = _cost_points(data)
     if not pts:
         return None
     plt = _plt()
@@ -225,6 +236,13 @@ PLOTS = {
     "categories": categories_stacked,
     "accuracy_vs_cost": accuracy_vs_cost,
 }
+
+
+def applicable(data: dict[str, Any]) -> list[str]:
+    """The names of the plots that have something to show, without drawing them."""
+    has = {"accuracy_vs_size": bool(_sized_cells(data)), "categories": bool(data["categories"]),
+           "accuracy_vs_cost": bool(_cost_points(data))}
+    return [name for name in PLOTS if has[name]]
 
 
 def render_plots(data: dict[str, Any]) -> dict[str, bytes]:

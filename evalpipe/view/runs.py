@@ -36,7 +36,7 @@ from evalpipe.report.render import (
     report_notes,
 )
 from evalpipe.scoring.aggregate import aggregate
-from evalpipe.scoring.run import score_records
+from evalpipe.scoring.run import score_records, verdict_counts
 from evalpipe.store import RunStore, run_status
 
 MAX_PAGE = 500  # rows per page of the sample browser
@@ -97,7 +97,7 @@ class RunIndex:
             samples_id = _identity(self.store.samples_path)
             seen = {name: _identity(self.path / name) for name in
                     ("manifest.json", "questions.jsonl", "scores.json", "audit.json",
-                     "probe.jsonl")}
+                     "probe.jsonl", "judgements.jsonl")}
             seen["samples"] = samples_id
             if seen == self._seen:
                 return
@@ -109,7 +109,9 @@ class RunIndex:
             if seen["questions.jsonl"] != old.get("questions.jsonl") or not self.questions:
                 self.questions = (self.store.questions() if seen["questions.jsonl"] else {})
             rewritten = (samples_id is None or old.get("samples") is None
-                         or samples_id[:2] != old["samples"][:2] or samples_id[2] < self._offset)
+                         or samples_id[:2] != old["samples"][:2] or samples_id[2] < self._offset
+                         # the judge's verdicts change scores already made here
+                         or seen["judgements.jsonl"] != old.get("judgements.jsonl"))
             use_file = run_status(manifest) == "finished" and seen["scores.json"] is not None
             if rewritten or (use_file and seen["scores.json"] != old.get("scores.json")) \
                     or (self.from_file and not use_file):
@@ -124,7 +126,8 @@ class RunIndex:
                     self.from_file = True
             elif fresh:
                 self.scored += score_records(self.manifest, self.questions, fresh,
-                                             source=str(self.store.samples_path))["samples"]
+                                             source=str(self.store.samples_path),
+                                             judgements=self.store.read_judgements())["samples"]
             self.version += 1
 
     def _scan(self) -> list[dict[str, Any]]:
@@ -160,7 +163,8 @@ class RunIndex:
                               "groups": aggregate(self.scored), "samples": self.scored,
                               "scorer_version": (self.scored[0].get("scorer_version")
                                                  if self.scored else None),
-                              "unscored": [s for s in self.scored if s.get("scorer_error")]}
+                              "unscored": [s for s in self.scored if s.get("scorer_error")],
+                              "verdicts": verdict_counts(self.scored)}
                 audit = _read_json(self.path / "audit.json")
                 probe = list(self.store.iter_samples(self.store.probe_path))
                 run = RunData(self.path, self.manifest, self.questions, [], scores,
@@ -252,7 +256,14 @@ class RunIndex:
             return {"sample": view, "blocks": blocks, "index": index}
 
     def plot_names(self) -> list[str]:
-        return list(self.plots())
+        """The plots this run has, without drawing them; [] without matplotlib."""
+        from evalpipe.report.plots import applicable
+
+        try:
+            import matplotlib  # noqa: F401 -- the plots' one extra
+        except ModuleNotFoundError:
+            return []
+        return applicable(self.run_data()[1])
 
     def plots(self) -> dict[str, bytes]:
         """The report's plots (PNG), drawn once per version of the run; {} without
