@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from evalpipe.backends.base import GenerationSettings
 from evalpipe.errors import InputError
 from evalpipe.questions import BFCL_SOURCE
+from evalpipe.questions import FIELDS as QUESTION_FIELDS
 
 RETRIEVAL_MODES = ("none", "prepend", "tool")
 
@@ -165,9 +166,18 @@ class JudgeSection(_Section):
     labels: str | None = None  # a labelled set; default tests/data/grading_labels.jsonl
 
 
+class QuestionSourceSection(_Section):
+    """A question file in a shape of its own: which column holds each field, and
+    fixed values for fields the file lacks (questions.QuestionSource)."""
+
+    path: str
+    fields: dict[str, str] = {}
+    values: dict[str, Any] = {}
+
+
 class ConfigSpec(_Section):
     name: str | None = None
-    questions: list[str] = Field(min_length=1)
+    questions: list[str | QuestionSourceSection] = Field(min_length=1)
     corpus: str | None = None
     limit: int | None = Field(None, ge=1)  # questions per suite
     suites: list[str] | None = None
@@ -225,7 +235,7 @@ class RunConfig:
     backend, method and k the grid needs, so existing runs keep their fingerprints."""
 
     name: str
-    questions: list[str]
+    questions: list[str | dict[str, Any]]  # a path, or {path, fields, values}
     corpus: str | None
     models: list[dict[str, Any]]
     formats: list[str]
@@ -406,12 +416,15 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
         return str(base / p)
 
     _check_custom_tools(spec.custom_tools, source, text)
+    _check_question_mappings(spec.questions, source, text)
     if spec.corpus is None and any(r.mode != "none" for r in spec.retrieval):
         raise InputError("retrieval is on but no corpus is named", file=source, field="corpus",
                          expected="a folder of documents")
     return RunConfig(
         name=spec.name or Path(source).stem,
-        questions=[resolve(p) for p in spec.questions],
+        questions=[resolve(p) if isinstance(p, str) else
+                   {**p.model_dump(exclude_defaults=True), "path": resolve(p.path)}
+                   for p in spec.questions],
         corpus=resolve(spec.corpus) if spec.corpus else None,
         # only the keys given (and the backend): a model entry is recorded with each cell
         models=[{"id": m.id, **m.model_dump(exclude_unset=True)} for m in spec.models],
@@ -441,6 +454,24 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
             "labels": resolve(spec.judge.labels) if spec.judge.labels else None},
         source=source,
     )
+
+
+def _check_question_mappings(entries: list[str | QuestionSourceSection], source: str,
+                             text: str | None) -> None:
+    """Every field a question mapping names is a field of a question record."""
+    for i, entry in enumerate(entries):
+        if isinstance(entry, str):
+            continue
+        for part, names in (("fields", entry.fields), ("values", entry.values)):
+            for name in names:
+                if name in QUESTION_FIELDS:
+                    continue
+                close = difflib.get_close_matches(name, QUESTION_FIELDS, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise InputError(f"unknown question field {name!r}{hint}", file=source,
+                                 line=_line_of(text, ["questions", i, part, name])
+                                 if text else None, field=f"questions[{i}].{part}.{name}",
+                                 expected="one of " + ", ".join(QUESTION_FIELDS))
 
 
 def _check_custom_tools(specs: list[str], source: str, text: str | None) -> None:

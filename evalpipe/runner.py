@@ -29,7 +29,7 @@ from evalpipe.formats import get_format
 from evalpipe.health import first_turn_tokens, ignored_tools
 from evalpipe.identity import sample_key
 from evalpipe.probe import probe_questions, run_probe
-from evalpipe.questions import Question, load_questions, question_files
+from evalpipe.questions import Question, load_questions, question_sources
 from evalpipe.records import SCHEMA_VERSION
 from evalpipe.store import RunStore, git_commit, machine, new_run_id, package_versions
 from evalpipe.tools import ToolLimits, build_toolset
@@ -40,12 +40,13 @@ def select_questions(config: RunConfig) -> list[Question]:
     """The questions of the run: every file, filtered by suite, `limit` per suite."""
     questions: list[Question] = []
     origin: dict[str, str] = {}
-    for path in question_files(config.questions):
-        for q in load_questions(path):
+    for source in question_sources(config.questions):
+        for q in load_questions(source):
             if q.id in origin:
-                raise InputError(f"question id {q.id!r} also in {origin[q.id]}", file=str(path),
-                                 field="id", expected="ids unique across the run's question sets")
-            origin[q.id] = str(path)
+                raise InputError(f"question id {q.id!r} also in {origin[q.id]}",
+                                 file=source.path, field="id",
+                                 expected="ids unique across the run's question sets")
+            origin[q.id] = source.path
             questions.append(q)
     if config.suites:
         questions = [q for q in questions if q.suite in config.suites]

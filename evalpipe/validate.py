@@ -20,7 +20,6 @@ Checks, per record:
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
 import sys
@@ -35,14 +34,16 @@ from evalpipe.errors import InputError
 from evalpipe.questions import (
     BFCL_SOURCE,
     Question,
+    QuestionSource,
+    as_source,
     load_questions,
     parse_question,
-    question_files,
+    question_sources,
+    read_records,
 )
 from evalpipe.tools.registry import Tool
 
 REL_TOL = 1e-9
-_LINE_SUFFIXES = (".jsonl", ".json")
 _GROUP_SEP = r"[,.\u00a0\u202f\u2009 ]?"
 
 
@@ -246,7 +247,7 @@ def _unit_after_answer(text: str, q: Question) -> str | None:
     return w.group(1) if w.group(1) == "%" else text_key(w.group(1))
 
 
-def gold_warnings(path: str | Path, corpus_root: str = "datasets/site",
+def gold_warnings(path: str | Path | QuestionSource, corpus_root: str = "datasets/site",
                   chunk_size: int = 800) -> list[str]:
     """Chunks that state a question's answer but that no gold passage covers.
 
@@ -260,7 +261,7 @@ def gold_warnings(path: str | Path, corpus_root: str = "datasets/site",
     from evalpipe.scoring.retrieval_metrics import covers
 
     try:
-        questions = load_questions(str(path))
+        questions = load_questions(path if isinstance(path, QuestionSource) else str(path))
         docs = load_corpus(corpus_root)
     except InputError:
         return []  # validate() reports these as errors
@@ -305,7 +306,7 @@ def gold_warnings(path: str | Path, corpus_root: str = "datasets/site",
                     shown = statement.strip()
                     shown = shown if len(shown) <= 80 else shown[:77] + "..."
                     line = q.source.rsplit(":", 1)[1] if q.source else "?"
-                    out.append(f"{path}:{line}: gold_passages: {q.id}: the answer "
+                    out.append(f"{as_source(path).path}:{line}: gold_passages: {q.id}: the answer "
                                f"{q.answer!r} also occurs in {kind}{c.doc}:{c.start}-{c.end} "
                                f"({shown!r}), which no gold passage covers")
                     break
@@ -323,64 +324,42 @@ def _table_header(text: str, at: int) -> str:
     return header
 
 
-def gold_warnings_paths(paths: list[str], corpus_root: str = "datasets/site") -> list[str]:
-    """gold_warnings for files and folders (their *.jsonl files)."""
+def gold_warnings_paths(paths: list[str | dict[str, Any]],
+                        corpus_root: str = "datasets/site") -> list[str]:
+    """gold_warnings for files, folders (their *.jsonl files) and mapped sources."""
     out = []
-    for p in paths:
-        path = Path(p)
-        files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
-        for f in files:
-            out.extend(gold_warnings(f, corpus_root))
+    for source in question_sources(paths):
+        out.extend(gold_warnings(source, corpus_root))
     return out
 
 
-def _records(path: Path, file: str) -> tuple[list[tuple[int, Any]], list[str]]:
-    """(line, decoded record) for each non-blank line, and the errors of the others."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        return [], [_error(file, None, None, f"not UTF-8 ({exc.reason})", "a UTF-8 text file")]
-    records, errors = [], []
-    for number, text in enumerate(raw.split("\n"), start=1):
-        text = text.strip().lstrip("\ufeff")
-        if not text:
-            continue
-        try:
-            records.append((number, json.loads(text)))
-        except json.JSONDecodeError as exc:
-            errors.append(_error(file, number, None,
-                                 f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                 "one JSON object per line"))
-    return records, errors
-
-
-def validate_file(path: str | Path, corpus: _Corpus | str = "datasets/site",
+def validate_file(path: str | Path | dict[str, Any] | QuestionSource,
+                  corpus: _Corpus | str = "datasets/site",
                   custom: dict[str, Tool] | None = None) -> list[str]:
-    """Every problem in one question file; `custom`: the config's custom tools by name."""
+    """Every problem in one question file (a path, or a config's {path, fields, values}
+    entry); `custom`: the config's custom tools by name. Read as `run` reads it
+    (questions.read_records), every bad record named."""
     if isinstance(corpus, str):
         corpus = _Corpus(corpus)
-    path = Path(path)
-    file = str(path)
-    if not path.exists() and not file.startswith(BFCL_SOURCE):
+    source = as_source(path)
+    file = source.path
+    if not Path(file).exists() and not file.startswith(BFCL_SOURCE):
         return [_error(file, None, None, "file not found", "a question file or folder")]
     questions: list[tuple[int, Question]] = []
-    errors: list[str] = []
-    if path.suffix in _LINE_SUFFIXES:
-        records, errors = _records(path, file)
-        for number, record in records:
+    problems: list[InputError] = []
+    records = 0
+    try:
+        for number, record in read_records(source, problems):
+            records += 1
             try:
                 questions.append((number, parse_question(record, file=file, line=number)))
             except InputError as exc:
-                errors.append(str(exc))
-        if not records and not errors:
-            errors.append(_error(file, None, None, "no questions", "at least one record"))
-    else:
-        try:
-            loaded = load_questions(file)
-        except InputError as exc:
-            return [str(exc)]
-        for q in loaded:
-            questions.append((int(q.source.rsplit(":", 1)[1]), q))
+                problems.append(exc)
+    except InputError as exc:  # the file as a whole: unreadable, unsupported, bad mapping
+        problems.append(exc)
+    errors = [str(e) for e in problems]
+    if not records and not errors:
+        errors.append(_error(file, None, None, "no questions", "at least one record"))
 
     seen: dict[str, int] = {}
     for number, q in questions:
@@ -399,9 +378,10 @@ def _line_of(message: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else 0, message)
 
 
-def validate_paths(paths: list[str], corpus_root: str = "datasets/site",
+def validate_paths(paths: list[str | dict[str, Any]], corpus_root: str = "datasets/site",
                    custom_tools: Iterable[str] = ()) -> list[str]:
-    """Every problem in the given question files; folders expand to their *.jsonl files.
+    """Every problem in the given question files (paths, or a config's {path, fields,
+    values} entries); folders expand to their *.jsonl files.
     `custom_tools`: the config's `package.module:function` tools, which gold plans may
     call (and which are run to check them).
 
@@ -413,26 +393,23 @@ def validate_paths(paths: list[str], corpus_root: str = "datasets/site",
                                   for i, spec in enumerate(custom_tools))}
     errors: list[str] = []
     for given in paths:
-        p = Path(given)
-        if p.is_dir():
-            files = question_files([p])
-            if not files:
-                errors.append(_error(str(p), None, None, "folder holds no question files",
-                                     "*.jsonl files"))
-            for f in files:
-                errors.extend(validate_file(f, corpus, custom))
-        else:
-            errors.extend(validate_file(p, corpus, custom))
+        sources = question_sources([given])
+        if not sources:
+            errors.append(_error(as_source(given).path, None, None,
+                                 "folder holds no question files", "*.jsonl files"))
+        for source in sources:
+            errors.extend(validate_file(source, corpus, custom))
     return errors
 
 
-def validate(paths: str | Path | Iterable[str | Path], *,
+def validate(paths: str | Path | Iterable[str | Path | dict[str, Any]], *,
              corpus: str | Path = "datasets/site", custom_tools: Iterable[str] = ()
              ) -> list[str]:
     """Every problem in question files or folders, one line each; [] when valid.
     `custom_tools`: a config's custom tools, which gold plans may call."""
     items = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    return validate_paths([str(p) for p in items], corpus_root=str(corpus),
+    return validate_paths([p if isinstance(p, dict) else str(p) for p in items],
+                          corpus_root=str(corpus),
                           custom_tools=custom_tools)
 
 
