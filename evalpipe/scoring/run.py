@@ -67,7 +67,7 @@ def score_records(manifest: dict[str, Any], questions: dict[str, Question],
         record["schema_version"] = SCHEMA_VERSION
     return {"run_id": manifest.get("run_id"), "scorer_version": SCORER_VERSION, "k": k,
             "schema_version": SCHEMA_VERSION, "groups": aggregate(scored), "samples": scored,
-            "unscored": failed, "verdicts": verdict_counts(scored)}
+            "unscored": failed, "verdicts": verdict_counts(scored), "match": rules}
 
 
 def verdict_counts(scored: list[dict[str, Any]]) -> dict[str, Any]:
