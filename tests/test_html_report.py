@@ -12,15 +12,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import CHROMIUM, CHROMIUM_ARGS, playwright_or_skip
 from report_fixtures import BASE, MODEL, TOOLS, make_run_a
 
 from evalpipe.report.build import build_report
 from evalpipe.report.html import render_html, sample_view
 from evalpipe.report.load import load_run
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = CHROMIUM_ARGS
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +67,7 @@ def test_sample_view_marks_gold_chunks(report_file):
     assert v["why"]["reason"].startswith("no chunk shown covers a gold passage")
 
 
-def _browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not installed: run .ci/setup-browser.sh "
-                    "(apt-get install -y chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ModuleNotFoundError:
-        pytest.skip("the playwright package is not installed (pip install playwright)")
-    return sync_playwright
+_browser = playwright_or_skip
 
 
 def test_html_in_headless_browser(report_file):

@@ -15,14 +15,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers import CHROMIUM, CHROMIUM_ARGS, playwright_or_skip
 from report_fixtures import BASE, TOOLS, samples_a, write_run
 
 from evalpipe.view import Outputs, ViewServer
 
 HOSTILE = "\x1b[31m<script>alert(1)</script><img src=x onerror=alert(2)>\u202eevil"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = CHROMIUM_ARGS
 
 
 def _finish(path: Path, started: str, status: str = "finished") -> None:
@@ -214,15 +213,7 @@ def test_a_large_run_is_served_a_page_at_a_time(tmp_path):
 
 # -- in the browser ------------------------------------------------------------------------
 
-def _browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not installed: run .ci/setup-browser.sh "
-                    "(apt-get install -y chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ModuleNotFoundError:
-        pytest.skip("the playwright package is not installed (pip install playwright)")
-    return sync_playwright
+_browser = playwright_or_skip
 
 
 def expect(locator):
