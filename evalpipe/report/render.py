@@ -108,8 +108,9 @@ def report_notes(data: dict[str, Any]) -> list[str]:
     run = data.get("run") or {}
     notes = []
     if run.get("status") and run["status"] != "finished":
-        notes.append(f"This run is {run['status']}"
-                     + (f" ({run['error']})" if run.get("error") else "")
+        state = {"running": "is still running", "interrupted": "was interrupted",
+                 "failed": "failed"}.get(run["status"], f"is {run['status']}")
+        notes.append(f"This run {state}" + (f" ({run['error']})" if run.get("error") else "")
                      + ": the figures cover the samples written so far.")
     notes += [f"Warning: {w}" for w in run.get("warnings") or []]
     cached = [f"`{r['cell_id']}` {r['cached']} of {r['n']}" for r in data["cost"]
