@@ -6,9 +6,10 @@
     print(evalpipe.report(result.run_dir, "csv"))
     cmp = evalpipe.compare("outputs/run_a", result.run_dir)
 
-`report` and `validate` live in the modules of those names (evalpipe.report is
-also a package, so calling it must work either way). Errors are `evalpipe.errors.EvalpipeError`s (InputError for bad input); nothing
-here prints unless given an `echo`, and nothing calls sys.exit.
+`report` and `validate` are implemented in the private evalpipe._report package and
+evalpipe._validate module, so that each public name means one thing. Errors are
+`evalpipe.errors.EvalpipeError`s (InputError for bad input); nothing here prints
+unless given an `echo`, and nothing calls sys.exit.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalpipe.report import report
-from evalpipe.validate import validate
+from evalpipe._report import report
+from evalpipe._validate import validate
 
 if TYPE_CHECKING:
+    from evalpipe._report.compare import Comparison
     from evalpipe.config import RunConfig
-    from evalpipe.report.compare import Comparison
 
 @dataclass(frozen=True)
 class RunResult:
@@ -115,8 +116,8 @@ def compare(a: str | Path, b: str | Path, *, threshold: float = 0.02, strict: bo
             resamples: int = 2000, seed: int = 0, allow_partial: bool = False) -> Comparison:
     """Paired comparison of run B against baseline run A; `.regressions` lists what
     the regression gate would fail on."""
-    from evalpipe.report.compare import compare_runs
-    from evalpipe.report.load import load_run
+    from evalpipe._report.compare import compare_runs
+    from evalpipe._report.load import load_run
 
     return compare_runs(load_run(a, allow_partial), load_run(b, allow_partial),
                         threshold=threshold, strict=strict,

@@ -160,11 +160,11 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
     questions = select_questions(config)
     cells = config.cells()
     corpus = None
-    if config.corpus and any(c.retrieval["mode"] != "none" for c in cells):
+    if config.corpus and any(c.retrieval.on for c in cells):
         from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
 
         docs = load_corpus(config.corpus)
-        corpus = Corpus(chunk_corpus(docs, config.chunking["size"], config.chunking["overlap"]),
+        corpus = Corpus(chunk_corpus(docs, config.chunking.size, config.chunking.overlap),
                         corpus_version(docs))
     seeds = config.repeat_seeds()
     runs = _manifests(Path(out_root))

@@ -21,6 +21,7 @@ class InputError(EvalpipeError):
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
                  field: str | None = None, expected: str | None = None):
+        self.message = message
         self.file, self.line, self.field, self.expected = file, line, field, expected
         where = ":".join(str(p) for p in (file, line) if p is not None)
         parts = [where] if where else []
@@ -66,3 +67,7 @@ class Interrupted(EvalpipeError):
         super().__init__(message)
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+__all__ = ["EvalpipeError", "InfraError", "InputError", "Interrupted", "ModelUnavailableError",
+           "RegressionFound", "StorageError"]

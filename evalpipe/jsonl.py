@@ -6,6 +6,9 @@
   with nothing but blank lines after it. Readers drop it; `repair` cuts it off
   so appends continue on a clean line. A bad line before good ones is
   corruption, not a kill: an InputError naming the file and line.
+- Files a person wrote (question sets) are read by `records`: every line must be
+  a JSON value, a UTF-8 byte-order mark at the start is allowed, and each bad
+  line is an InputError naming it.
 """
 
 from __future__ import annotations
@@ -65,6 +68,34 @@ def scan(path: str | Path, start: int = 0) -> Iterator[tuple[int, Any]]:
                 bad = number  # torn if nothing but blank lines follow
                 continue
             yield offset, record
+
+
+def records(path: str | Path, errors: list[InputError] | None = None
+            ) -> Iterator[tuple[int, Any]]:
+    """(line number, record) of each non-blank line of a JSONL file a person wrote. A
+    line that is not UTF-8 JSON raises an InputError naming it, or, given `errors`, is
+    added there and skipped (to report every bad line at once)."""
+    file = str(path)
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8")
+                if number == 1:
+                    text = text.removeprefix("\ufeff")  # a byte-order mark, as editors write
+                if not text.strip():
+                    continue
+                yield number, json.loads(text)
+            except UnicodeDecodeError as exc:
+                problem = InputError(f"not UTF-8 ({exc.reason})", file=file, line=number,
+                                     expected="a UTF-8 text file")
+            except json.JSONDecodeError as exc:
+                problem = InputError(f"not valid JSON ({exc.msg} at column {exc.colno})",
+                                     file=file, line=number, expected="one JSON object per line")
+            else:
+                continue
+            if errors is None:
+                raise problem
+            errors.append(problem)
 
 
 def read(path: str | Path) -> list[Any]:

@@ -1,10 +1,13 @@
-"""Question records: schema, loading through HF datasets, validation.
+"""Question records: schema, reading, validation.
 
-A local JSONL file is read with the datasets `text` builder, one row per line,
-so that every error names the line it comes from and mixed-type fields (an
-answer that is a number in one record and a string in the next) never meet
-Arrow's schema inference. Parquet/CSV files and Hub dataset names go through
-`load_dataset` directly; their "line" is the row number.
+Every question source is read through one path, `read_records`, by `run` and
+`validate` alike: a JSONL file (or a .json file of JSON lines) line by line with
+evalpipe.jsonl.records, so that every error names its line and mixed-type fields
+(an answer that is a number in one record and a string in the next) never meet a
+table's schema inference; a .json array with the json module; CSV and Parquet
+files and Hub dataset names through HF datasets' `load_dataset` (a CSV row is
+numbered by its line, a Parquet or dataset row from 1). A config may map a
+file's own columns onto evalpipe's fields (QuestionSource, docs/questions.md).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalpipe import jsonl
 from evalpipe.errors import InputError
 from evalpipe.plans import check_value
 from evalpipe.tools.schema_only import definition_problem
@@ -208,10 +212,12 @@ def question_files(paths: Iterable[str | Path]) -> list[Path]:
     return [Path(s.path) for s in question_sources(paths)]
 
 
-def _table_rows(source: str) -> Iterable[tuple[int, Any]]:
+def _table_rows(source: str, errors: list[InputError] | None = None
+                ) -> Iterable[tuple[int, Any]]:
     """(row, record) of a file, a BFCL category or a Hub dataset name. A JSONL line and
     a CSV row are numbered by their line in the file (a CSV's header is line 1); a JSON
-    array's records, a Parquet file's rows and a dataset's rows from 1."""
+    array's records, a Parquet file's rows and a dataset's rows from 1. Given `errors`,
+    a JSON line that cannot be read is added there and skipped (jsonl.records)."""
     if source.startswith(BFCL_SOURCE):
         from evalpipe.bfcl import category_records
 
@@ -219,7 +225,10 @@ def _table_rows(source: str) -> Iterable[tuple[int, Any]]:
         return
     path = Path(source)
     if _is_json(source) and path.is_file():
-        yield from _json_rows(path)
+        if path.suffix == ".json" and _holds_array(path):
+            yield from _array_rows(path)
+        else:
+            yield from jsonl.records(path, errors)  # JSON lines, as `validate` reads them
         return
     import datasets
 
@@ -245,32 +254,24 @@ def _table_rows(source: str) -> Iterable[tuple[int, Any]]:
         yield number, dict(row)  # an empty cell is None: not given
 
 
-def _json_rows(path: Path) -> Iterable[tuple[int, Any]]:
-    """A .json file holding one array of records, or JSON lines (.jsonl, or .json
-    written one record per line), read as text so that a field may mix types. A line
-    that is not JSON comes as its InputError, so that every bad line can be named."""
+def _holds_array(path: Path) -> bool:
+    """Whether a .json file is one array of records (else it is JSON lines)."""
+    with open(path, "rb") as f:
+        head = f.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip()
+    return head.startswith(b"[")
+
+
+def _array_rows(path: Path) -> Iterable[tuple[int, Any]]:
+    """(number from 1, record) of a .json file holding one array of records."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        records = json.loads(path.read_text(encoding="utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise InputError(f"not UTF-8 ({exc.reason})", file=str(path),
                          expected="a UTF-8 text file") from None
-    if path.suffix == ".json" and text.lstrip().startswith("["):
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({exc.msg})", file=str(path), line=exc.lineno,
-                             expected="one JSON array of records") from None
-        yield from enumerate(records, start=1)
-        return
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield number, InputError(f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                     file=str(path), line=number,
-                                     expected="one JSON object per line")
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc.msg})", file=str(path), line=exc.lineno,
+                         expected="one JSON array of records") from None
+    yield from enumerate(records, start=1)
 
 
 def _is_json(path: str) -> bool:
@@ -330,10 +331,8 @@ def read_records(entry: str | Path | dict[str, Any] | QuestionSource,
         raise InputError(f"unknown field {unknown[0]!r} in the mapping", file=source.path,
                          field="fields" if unknown[0] in source.fields else "values",
                          expected="one of " + ", ".join(FIELDS))
-    for line, record in _table_rows(source.path):
+    for line, record in _table_rows(source.path, errors):
         try:
-            if isinstance(record, InputError):
-                raise record
             yield line, map_record(record, source, line)
         except InputError as exc:
             if errors is None:

@@ -21,10 +21,10 @@ from tqdm.auto import tqdm
 from evalpipe import parallel
 from evalpipe.backends import load_backend
 from evalpipe.cache import GenerationCache
-from evalpipe.config import Cell, RunConfig, stable_hash
+from evalpipe.config import Cell, RetrievalSection, RunConfig, stable_hash
 from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
 from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, CellRuntime, Engine
-from evalpipe.errors import EvalpipeError, InfraError, InputError, Interrupted
+from evalpipe.errors import EvalpipeError, InputError, Interrupted
 from evalpipe.formats import get_format
 from evalpipe.health import first_turn_tokens, ignored_tools
 from evalpipe.identity import sample_key
@@ -72,11 +72,11 @@ class Corpus:
     def __post_init__(self):
         self._retrievers: dict[str, Any] = {}
 
-    def searcher(self, settings: dict[str, Any]) -> Callable[[str, int], list[dict[str, Any]]]:
+    def searcher(self, settings: RetrievalSection) -> Callable[[str, int], list[dict[str, Any]]]:
         """A search function for one retrieval setting; indexes are built once and shared."""
         from evalpipe.retrieval import build_retriever
 
-        key = stable_hash({k: v for k, v in settings.items() if k not in ("mode", "k")})
+        key = stable_hash({k: v for k, v in settings.record().items() if k not in ("mode", "k")})
         if key not in self._retrievers:
             self._retrievers[key] = build_retriever(settings, self.chunks)
         retriever = self._retrievers[key]
@@ -94,14 +94,15 @@ def fingerprint(cell: Cell, backend_facts: dict, toolset_schemas: list, config: 
     """A hash of everything that decides a cell's outputs."""
     return stable_hash({
         "model": backend_facts, "format": cell.format, "toolset": cell.toolset,
-        "tools": toolset_schemas, "retrieval": cell.retrieval,
-        "corpus": corpus.version if corpus and cell.retrieval["mode"] != "none" else None,
-        "chunking": config.chunking if cell.retrieval["mode"] != "none" else None,
+        "tools": toolset_schemas, "retrieval": cell.retrieval.record(),
+        "corpus": corpus.version if corpus and cell.retrieval.on else None,
+        "chunking": config.chunking.model_dump() if cell.retrieval.on else None,
         "generation": config.generation.to_dict(), "max_turns": config.max_turns,
         "system_prompt": config.system_prompt or DEFAULT_SYSTEM_PROMPT,
         # only when set, so the cells of runs made before the setting keep their fingerprint
         **({"final_answer_line": True} if config.final_answer_line else {}),
-        **({"schema_tools": config.schema_tools} if any(q.tools for q in questions) else {}),
+        **({"schema_tools": config.schema_tools.model_dump()}
+           if any(q.tools for q in questions) else {}),
         "questions": stable_hash([q.to_dict() for q in questions]),
     }, n=16)
 
@@ -175,12 +176,11 @@ class Run:
                  retry_infra: bool = False, echo: Callable[[str], None] = _silent,
                  progress: bool = False):
         self.config, self.out_root, self.echo, self.progress = config, out_root, echo, progress
-        self.rank, self.world = parallel.rank_world()
-        self.token = parallel.launch_key(config.hash()) if self.world > 1 else None
+        self.shard = parallel.Shard.from_environment(config.hash())
         if retry_infra and resume is None:
             raise InputError("--retry-infra re-runs the infra errors of an earlier run",
                              field="--retry-infra", expected="--resume RUN_DIR with it")
-        if retry_infra and self.world > 1:
+        if retry_infra and not self.shard.alone:
             raise InputError("--retry-infra runs in one process", field="WORLD_SIZE",
                              expected="a plain `evalpipe run --resume RUN_DIR --retry-infra`")
         self.retry_infra = retry_infra
@@ -194,25 +194,21 @@ class Run:
         else:
             # Bad input fails here, before anything that looks like a run exists.
             self.questions = select_questions(config)
-            self.run_id = parallel.shared_run_id(
-                out_root, config.hash(), lambda: new_run_id(config.name, config.hash()),
-                self.rank, self.world)
+            self.run_id = self.shard.run_id(out_root, config.hash(),
+                                            lambda: new_run_id(config.name, config.hash()))
             self.store = RunStore(out_root / self.run_id)
             self.manifest = None
+            self.shard.refuse_an_earlier_run(self.store.path)
         self.corpus = None
-        if config.corpus and any(c.retrieval["mode"] != "none" for c in self.cells):
+        if config.corpus and any(c.retrieval.on for c in self.cells):
             docs = load_corpus(config.corpus)
-            self.corpus = Corpus(chunk_corpus(docs, config.chunking["size"],
-                                              config.chunking["overlap"]), corpus_version(docs))
-        if self.world > 1:
-            self.write = lambda samples: parallel.append_part(self.store.path, self.rank, samples)
-        elif retry_infra:
-            self.write = self.store.append_retries
-        else:
-            self.write = self.store.append_samples
+            self.corpus = Corpus(chunk_corpus(docs, config.chunking.size, config.chunking.overlap),
+                                 corpus_version(docs))
+        self.write = self.shard.writer(self.store.path, self.store.append_retries
+                                       if retry_infra else self.store.append_samples)
 
     def execute(self, engine: Engine, cache: GenerationCache | None) -> Path:
-        if self.rank > 0:
+        if self.shard.helper:
             self._execute_helper(engine)
             return self.store.path
         with self.store:
@@ -259,9 +255,7 @@ class Run:
         if self.retry_infra:
             self.retry_pairs, self.retrying = self._infra_samples()
             self.done -= self.retry_pairs
-        if self.world > 1:
-            self.manifest["world_size"] = self.world
-            parallel.repair_part(self.store.path, self.rank)
+        self.shard.begin(self.store.path, self.manifest)
         seeds = self.config.repeat_seeds()
         self.manifest["repeats"] = {"requested": self.config.repeats, "seeds": seeds}
         self.store.write_json("manifest.json", self.manifest)
@@ -301,15 +295,14 @@ class Run:
                 "questions changed since it started); start a new run instead",
                 file=str(self.store.manifest_path), field="cells")
         self.manifest["cells"][cell.id] = {"fingerprint": runtime.fingerprint,
+                                           "facets": cell.facets(),
                                            "settings": runtime.settings, "model": facts}
         self.store.write_json("manifest.json", self.manifest)
 
     def _generate(self, engine: Engine, stop: _StopFlag) -> int:
-        mine = parallel.shard(self.questions, self.rank, self.world)
-        return _run_cells(self.config, self.cells, self.corpus, engine, self.questions, mine,
-                          self.done, self.run_id, self.write, on_cell=self._record_cell,
-                          after_cell=self._probe if self.config.latency_probe else None,
-                          progress=self.progress, stop=stop, warn=self._warn)
+        return self._run_cells(engine, stop, self.done, on_cell=self._record_cell,
+                               after_cell=self._probe if self.config.latency_probe else None,
+                               progress=self.progress, warn=self._warn)
 
     def _warn(self, message: str) -> None:
         """A warning about the run: in its log and in the manifest (reports show it)."""
@@ -329,18 +322,11 @@ class Run:
 
     def _finish(self, cache: GenerationCache | None) -> None:
         store, manifest = self.store, self.manifest
-        if self.world > 1:
-            parallel.mark_done(store.path, self.rank, token=self.token)
-            missing = parallel.wait_for_parts(store.path, self.world, token=self.token,
-                                              timeout=float(os.environ.get(
-                                                  "EVALPIPE_PART_TIMEOUT", str(24 * 3600))))
-            if missing:
-                raise InfraError(f"ranks {missing} did not finish their share of {store.path}; "
-                                 "their parts are kept: continue with --resume")
-            merged = parallel.merge_parts(store.path, self.world,
-                                          cell_order=[c.id for c in self.cells])
-            parallel.forget_run_id(self.out_root, self.config.hash())
-            self.echo(f"merged {self.world} parts: {merged} samples")
+        merged = self.shard.merge(store.path, self.out_root, self.config.hash(),
+                                  [c.id for c in self.cells], timeout=float(os.environ.get(
+                                      "EVALPIPE_PART_TIMEOUT", str(24 * 3600))))
+        if merged is not None:
+            self.echo(f"merged {self.shard.world} parts: {merged} samples")
         if self.retry_infra:
             retried = store.fold_retries()
             still = len(self._infra_samples()[0])
@@ -357,7 +343,7 @@ class Run:
         scores = score_run(store)
         infra = sum(g.get("n_infra", 0) for g in scores["groups"])
         if infra:
-            self.echo(f"{infra} samples are infra errors (backend, timeout or tool sandbox): "
+            self.echo(f"{infra} samples are infra errors (backend, timeout or harness): "
                       f"re-run them with `evalpipe run --resume {store.path} --retry-infra`")
         manifest["finished"] = _now()
         manifest["status"] = "finished"
@@ -380,97 +366,95 @@ class Run:
         """A rank other than 0: its round-robin share of every cell into
         samples.part{rank}.jsonl, then a done marker. Rank 0 writes the manifest and
         questions.jsonl, merges the parts and scores."""
-        self.store.path.mkdir(parents=True, exist_ok=True)
-        parallel.repair_part(self.store.path, self.rank)
+        self.shard.begin(self.store.path)
         with _StopFlag() as stop:
-            count = _run_cells(self.config, self.cells, self.corpus, engine, self.questions,
-                               parallel.shard(self.questions, self.rank, self.world),
-                               parallel.done_pairs(self.store.path), self.run_id, self.write,
-                               stop=stop)
+            count = self._run_cells(engine, stop, parallel.done_pairs(self.store.path))
         if stop:
-            raise Interrupted(f"rank {self.rank}: {signal.Signals(stop.signum).name}",
+            raise Interrupted(f"rank {self.shard.rank}: {signal.Signals(stop.signum).name}",
                               stop.signum)
-        parallel.mark_done(self.store.path, self.rank, count, token=self.token)
+        self.shard.done(self.store.path, count)
+
+    # -- every rank ------------------------------------------------------------------------
+    def _run_cells(self, engine: Engine, stop: _StopFlag, done: set[tuple[str, str, int]], *,
+                   on_cell: Callable[[Cell, CellRuntime, dict], None] | None = None,
+                   after_cell: Callable[[CellRuntime], None] | None = None,
+                   progress: bool = False, warn: Callable[[str], None] | None = None) -> int:
+        """Generate every (cell, question, repeat) of this shard not yet `done`, one model
+        loaded at a time, a cell's repeats one after another (each with its own seed); each
+        finished group of samples is written. Returns the count written. Once `stop` is
+        set no conversation starts; those in flight finish and are written. After each
+        model, `warn` hears of a cell whose backend seems to have ignored its tools
+        (health.py)."""
+        config, mine = self.config, self.shard.questions(self.questions)
+        count = 0
+        seeds = config.repeat_seeds()
+        for model in config.models:
+            model_cells = [c for c in self.cells if c.model is model]
+            todo = {(c.id, r): [q for q in mine if (c.id, q.id, r) not in done]
+                    for c in model_cells for r in range(len(seeds))}
+            if not any(todo.values()) or stop:
+                continue
+            backend = load_backend(model)
+            facts = backend.describe()
+            first_tokens: dict[str, dict[str, int]] = {}  # cell -> question -> first prompt
+            offered: dict[str, list[dict[str, Any]]] = {}  # cell -> its tools' schemas
+            for cell in model_cells:
+                runtime = _runtime(cell, backend, facts, config, self.corpus, self.questions)
+                offered[cell.id] = runtime.toolset.schemas()
+                if on_cell is not None:
+                    on_cell(cell, runtime, facts)
+                for r, seed in enumerate(seeds):
+                    left = todo[(cell.id, r)]
+                    if not left or stop:
+                        continue
+                    # A repeat differs from the first only in its seed (and its number).
+                    repeat = dataclasses.replace(runtime, repeat=r, generation=dataclasses.replace(
+                        runtime.generation, seed=seed))
+                    # The engine draws questions as conversations end: a lazy, stoppable list.
+                    pending = itertools.takewhile(lambda q: not stop, left)
+                    desc = cell.id if len(seeds) == 1 else f"{cell.id} #{r + 1}/{len(seeds)}"
+                    # Samples done and time spent, no estimate: batched conversations end in
+                    # waves, so a rate over the first ones says nothing about the rest.
+                    with tqdm(total=len(mine), initial=len(mine) - len(left), desc=desc,
+                              bar_format=BAR_FORMAT, dynamic_ncols=True,
+                              disable=not progress) as bar:
+                        for samples in engine.run(repeat, pending, self.run_id,
+                                                  progress=bar.update):
+                            records = [s.to_dict() for s in samples]
+                            self.write(records)
+                            count += len(samples)
+                            seen = first_tokens.setdefault(cell.id, {})
+                            for qid, tokens in first_turn_tokens(records).items():
+                                seen.setdefault(qid, tokens)
+                if after_cell is not None and not stop:  # the model is still loaded
+                    after_cell(runtime)
+            if warn is not None:
+                for problem in _ignored_tools(model_cells, first_tokens, offered):
+                    warn(problem)
+        return count
 
 
 BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} samples [{elapsed}]"
-
-
-def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engine: Engine,
-               questions: list[Question], mine: list[Question],
-               done: set[tuple[str, str, int]], run_id: str,
-               write: Callable[[list[dict]], None], *,
-               on_cell: Callable[[Cell, CellRuntime, dict], None] | None = None,
-               after_cell: Callable[[CellRuntime], None] | None = None,
-               progress: bool = False, stop: _StopFlag | None = None,
-               warn: Callable[[str], None] | None = None) -> int:
-    """Generate every (cell, question, repeat) of `mine` not yet `done`, one model loaded
-    at a time, a cell's repeats one after another (each with its own seed); each finished
-    group of samples goes to `write`. Returns the count written. Once `stop` is set no
-    conversation starts; those in flight finish and are written. After each model,
-    `warn` hears of a cell whose backend seems to have ignored its tools (health.py)."""
-    count = 0
-    seeds = config.repeat_seeds()
-    for model in config.models:
-        model_cells = [c for c in cells if c.model is model]
-        todo = {(c.id, r): [q for q in mine if (c.id, q.id, r) not in done]
-                for c in model_cells for r in range(len(seeds))}
-        if not any(todo.values()) or stop:
-            continue
-        backend = load_backend(model)
-        facts = backend.describe()
-        first_tokens: dict[str, dict[str, int]] = {}  # cell -> question -> first prompt
-        offered: dict[str, list[dict[str, Any]]] = {}  # cell -> its tools' schemas
-        for cell in model_cells:
-            runtime = _runtime(cell, backend, facts, config, corpus, questions)
-            offered[cell.id] = runtime.toolset.schemas()
-            if on_cell is not None:
-                on_cell(cell, runtime, facts)
-            for r, seed in enumerate(seeds):
-                left = todo[(cell.id, r)]
-                if not left or stop:
-                    continue
-                # A repeat differs from the first only in its seed (and its number).
-                repeat = dataclasses.replace(runtime, repeat=r, generation=dataclasses.replace(
-                    runtime.generation, seed=seed))
-                # The engine draws questions as conversations end: a lazy, stoppable list.
-                pending = itertools.takewhile(lambda q: not stop, left)
-                desc = cell.id if len(seeds) == 1 else f"{cell.id} #{r + 1}/{len(seeds)}"
-                # Samples done and time spent, no estimate: batched conversations end in
-                # waves, so a rate over the first ones says nothing about the rest.
-                with tqdm(total=len(mine), initial=len(mine) - len(left), desc=desc,
-                          bar_format=BAR_FORMAT, dynamic_ncols=True,
-                          disable=not progress) as bar:
-                    for samples in engine.run(repeat, pending, run_id, progress=bar.update):
-                        records = [s.to_dict() for s in samples]
-                        write(records)
-                        count += len(samples)
-                        seen = first_tokens.setdefault(cell.id, {})
-                        for qid, tokens in first_turn_tokens(records).items():
-                            seen.setdefault(qid, tokens)
-            if after_cell is not None and not stop:  # the model is still loaded
-                after_cell(runtime)
-        if warn is not None:
-            for problem in _ignored_tools(model_cells, first_tokens, offered):
-                warn(problem)
-    return count
 
 
 def _ignored_tools(cells: list[Cell], first_tokens: dict[str, dict[str, int]],
                    offered: dict[str, list[dict[str, Any]]]) -> list[str]:
     """health.ignored_tools for each cell of one model that offers tools, against the
     cell of the same retrieval that offers none, when the run has it."""
-    plain = {json.dumps(c.retrieval, sort_keys=True): c.id for c in cells
-             if not offered.get(c.id)}
+    plain = {_retrieval_key(c): c.id for c in cells if not offered.get(c.id)}
     out = []
     for cell in cells:
         if offered.get(cell.id) and first_tokens.get(cell.id):
-            base = plain.get(json.dumps(cell.retrieval, sort_keys=True))
+            base = plain.get(_retrieval_key(cell))
             problem = ignored_tools(cell.id, first_tokens[cell.id], offered[cell.id],
                                     first_tokens.get(base) if base else None)
             if problem:
                 out.append(problem)
     return out
+
+
+def _retrieval_key(cell: Cell) -> str:
+    return json.dumps(cell.retrieval.record(), sort_keys=True)
 
 
 def _now() -> str:
@@ -494,15 +478,14 @@ def _point_latest(run_dir: Path) -> None:
 def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus | None,
              questions: list[Question]) -> CellRuntime:
     retrieval = cell.retrieval
-    search = corpus.searcher(retrieval) if corpus and retrieval["mode"] != "none" else None
-    k = int(retrieval.get("k", config.k))
-    limits = ToolLimits(**config.tool_limits)
-    if retrieval["mode"] == "tool":  # k whole chunks must fit in one search result
-        limits.max_result_chars = max(limits.max_result_chars,
-                                      k * (config.chunking["size"] + 200))
+    search = corpus.searcher(retrieval) if corpus and retrieval.on else None
+    k = retrieval.k or config.k
+    limits = ToolLimits(**config.tool_limits.model_dump())
+    if retrieval.mode == "tool":  # k whole chunks must fit in one search result
+        limits.max_result_chars = max(limits.max_result_chars, k * (config.chunking.size + 200))
     toolset = build_toolset(cell.toolset, custom=config.custom_tools, limits=limits)
-    toolset.stub_result = config.schema_tools["result"]
-    if retrieval["mode"] == "tool":  # agentic RAG: retrieval is one more tool
+    toolset.stub_result = config.schema_tools.result
+    if retrieval.mode == "tool":  # agentic RAG: retrieval is one more tool
         toolset = toolset.with_tools(search_site_tool(search, k))
     fmt = get_format(cell.format, tools=toolset.schemas())
     settings = {
@@ -519,9 +502,9 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
         generation=config.generation, max_turns=config.max_turns,
         system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
         final_answer_line=config.final_answer_line,
-        retrieve=search if retrieval["mode"] == "prepend" else None, k=k,
+        retrieve=search if retrieval.mode == "prepend" else None, k=k,
         question_tools=cell.toolset != "none",
-        call_only=config.schema_tools["mode"] == "call_only")
+        call_only=config.schema_tools.mode == "call_only")
 
 
 def run_judge(store: RunStore, settings: dict[str, Any], cache: GenerationCache | None,
@@ -559,7 +542,7 @@ def agreement_line(measured: dict[str, Any]) -> str:
 
 def score_run(store: RunStore, k: int | None = None) -> dict[str, Any]:
     """(Re)compute scores.json and table.md from samples.jsonl and questions.jsonl."""
-    from evalpipe.report.tables import score_table
+    from evalpipe._report.tables import score_table
     from evalpipe.scoring.run import score_records
 
     # Samples stream from the file: a long run's raw records are never all in memory.

@@ -18,6 +18,7 @@ import fcntl
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -256,6 +257,18 @@ def require_finished(manifest: dict[str, Any], run_dir: Path, allow_partial: boo
         raise InputError(f"run is {status}, not finished{why}", file=str(run_dir / "manifest.json"),
                          field="status", expected="a finished run, or --allow-partial to read "
                          "the samples it has")
+
+
+_PLAIN_NAME = re.compile(r"[\w][\w.-]{0,99}")
+
+
+def run_name_problem(name: str) -> str | None:
+    """Why a name cannot be part of a run's folder name; None when it can. Names become
+    path components, so they are plain: no separator, no leading dot, no '..'."""
+    if _PLAIN_NAME.fullmatch(name) and ".." not in name:
+        return None
+    return (f"{name!r} cannot name a run folder: use letters, digits, '.', '_' and '-' "
+            "(at most 100, not starting with '.' or '-')")
 
 
 def new_run_id(name: str, config_hash: str) -> str:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -51,6 +54,44 @@ class ScriptedBackend(Backend):
                                       completion_tokens=max(1, len(text) // 4),
                                       prefill_ms=1.0, decode_ms=2.0))
         return out
+
+
+class FakeClock:
+    """A stand-in for the `time` module of the code under test (monkeypatch the module's
+    `time` name): its clocks move only by `tick` at each reading and by what `sleep` is
+    asked to wait, so what the code measures and how long it waits are the same on a
+    loaded machine as on an idle one. `on_sleep` runs at each sleep (to make the awaited
+    thing happen); the other `time` functions are the real ones."""
+
+    def __init__(self, tick: float = 0.0, on_sleep: Callable[[float], None] | None = None):
+        self.elapsed, self.tick, self.on_sleep = 0.0, tick, on_sleep
+        self.wall = time.time()  # time() starts here, so stamps compare with real file times
+        self.sleeps: list[float] = []
+        self._lock = threading.Lock()
+
+    def _advance(self, seconds: float) -> float:
+        with self._lock:
+            self.elapsed += seconds
+            return self.elapsed
+
+    def perf_counter(self) -> float:
+        return self._advance(self.tick)
+
+    def monotonic(self) -> float:
+        return self._advance(self.tick)
+
+    def time(self) -> float:
+        return self.wall + self._advance(self.tick)
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.sleeps.append(seconds)
+        self._advance(max(0.0, seconds))
+        if self.on_sleep is not None:
+            self.on_sleep(seconds)
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
 
 
 def last_user(prompt: str) -> str:

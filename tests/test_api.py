@@ -4,6 +4,7 @@ model built here; the command line wraps the same functions."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import subprocess
 import sys
@@ -51,13 +52,16 @@ def test_score_report_compare_on_a_finished_run(finished_run):
     rescored = evalpipe.score(result.run_dir)
     assert [s["question_id"] for s in rescored["samples"]] == [
         s["question_id"] for s in result.scores["samples"]]
-    from evalpipe.report.render import CSV_HEADER
+    from evalpipe._report.render import CSV_HEADER
 
     csv = evalpipe.report(result.run_dir, "csv").splitlines()
     assert csv[0] == ",".join(CSV_HEADER) and any(result.scores["samples"][0]["cell_id"] in row
                                                   for row in csv[1:])
-    importlib.import_module("evalpipe.report.load")  # the package now shadows the name
-    assert callable(evalpipe.report)
+    importlib.import_module("evalpipe._report.load")
+    importlib.import_module("evalpipe._validate")
+    # each public name is the API function, whatever was imported before
+    assert evalpipe.report is evalpipe.api.report and evalpipe.validate is evalpipe.api.validate
+    assert inspect.isfunction(evalpipe.report) and inspect.isfunction(evalpipe.validate)
 
     assert evalpipe.report(result.run_dir, "md") == evalpipe.report(result.run_dir)
     same = evalpipe.compare(result.run_dir, result.run_dir)

@@ -10,9 +10,7 @@ import pytest
 from click.testing import CliRunner
 from report_fixtures import BASE, MODEL, TOOLS, make_run_a, samples_a, settings_of, write_run
 
-from evalpipe.cli import main
-from evalpipe.questions import Question
-from evalpipe.report.compare import (
+from evalpipe._report.compare import (
     CompareRefused,
     cluster_bootstrap,
     compare_runs,
@@ -22,7 +20,9 @@ from evalpipe.report.compare import (
     render_text,
     settings_diff,
 )
-from evalpipe.report.load import load_run
+from evalpipe._report.load import load_run
+from evalpipe.cli import main
+from evalpipe.questions import Question
 from evalpipe.scoring.synth import call, make_sample
 
 # -- statistics ------------------------------------------------------------------------------

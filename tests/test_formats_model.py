@@ -85,7 +85,7 @@ def test_live_replies_parse_to_calls_or_typed_errors(backend, name):
         # what the engine recorded is what the parser says
         assert [c["name"] for c in turn["calls"]] == [c.name for c in fmt.parse(turn["raw"]).calls]
         assert all(e["kind"] in ERROR_KINDS for e in turn["parse_errors"] + turn["strict_errors"])
-    rates = validity(samples, name).rates()
+    rates = validity(samples).rates()
     assert rates["samples"] == len(QUESTIONS)
     for key in ("call_valid", "call_valid_strict"):
         assert rates[key] is None or 0 <= rates[key] <= 1

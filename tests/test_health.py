@@ -52,6 +52,6 @@ def test_a_run_warns_in_its_log_and_manifest(tmp_path, monkeypatch):
                               "have ignored the tools")
     assert "against the same questions without tools" in warning
     assert f"warning: {warning}" in lines
-    from evalpipe.report import report
+    from evalpipe.api import report
 
     assert "ignored the tools" in report(run_dir, "md")

@@ -15,9 +15,9 @@ import pytest
 from helpers import CHROMIUM, CHROMIUM_ARGS, playwright_or_skip
 from report_fixtures import BASE, MODEL, TOOLS, make_run_a
 
-from evalpipe.report.build import build_report
-from evalpipe.report.html import render_html, sample_view
-from evalpipe.report.load import load_run
+from evalpipe._report.build import build_report
+from evalpipe._report.html import render_html, sample_view
+from evalpipe._report.load import load_run
 
 ARGS = CHROMIUM_ARGS
 
@@ -37,7 +37,7 @@ def report_file(tmp_path_factory):
             s["messages"][-1]["content"] = "<img src=x onerror=alert(1)></script><b>31</b>"
     data = build_report(run)
     try:
-        from evalpipe.report.plots import render_plots
+        from evalpipe._report.plots import render_plots
 
         plots = render_plots(data)
     except Exception:  # noqa: BLE001 - matplotlib missing: the page still works

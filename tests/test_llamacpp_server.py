@@ -64,6 +64,7 @@ class Server:
         self.log = log
 
     def wait_ready(self, timeout: float = 120.0) -> None:
+        # Polls until the server answers; the deadline only ends a server that never starts.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from helpers import ScriptedBackend, last_user
 
 from evalpipe import runner
+from evalpipe._validate import validate
 from evalpipe.cli import main
 from evalpipe.config import load_config
 from evalpipe.errors import InputError
 from evalpipe.questions import load_questions
-from evalpipe.validate import validate
 
 CALLS = [{"id": "s1", "name": "multiply", "arguments": {"a": 6, "b": 7}}]
 CSV = (

@@ -119,7 +119,7 @@ def test_detectable_difference():
 def _repeat_run(tmp_path, name: str, right: dict[str, list[bool]]):
     from report_fixtures import Q, base_sample, write_run
 
-    from evalpipe.report.load import load_run
+    from evalpipe._report.load import load_run
 
     gold = {q.id: str(q.answer) for q in Q.values()}
     samples = []
@@ -131,7 +131,7 @@ def _repeat_run(tmp_path, name: str, right: dict[str, list[bool]]):
 
 
 def test_compare_treats_the_question_as_the_unit(tmp_path):
-    from evalpipe.report.compare import compare_runs, render_markdown, render_text
+    from evalpipe._report.compare import compare_runs, render_markdown, render_text
 
     ids = ["a1", "a2", "a3", "a4", "r1", "r2"]
     a = _repeat_run(tmp_path, "a", {q: [True, True, True, False] for q in ids})
@@ -152,7 +152,7 @@ def test_gate_does_not_count_repeats_as_independent_evidence(tmp_path):
     # One of six questions goes from always right to always wrong, ten repeats each:
     # ten lost samples, but one question's worth of evidence; a bootstrap over the
     # 60 samples as if independent would call it a regression.
-    from evalpipe.report.compare import compare_runs
+    from evalpipe._report.compare import compare_runs
 
     ids = ["a1", "a2", "a3", "a4", "r1", "r2"]
     a = _repeat_run(tmp_path, "a", {q: [True] * 10 for q in ids})
@@ -167,9 +167,9 @@ def test_gate_does_not_count_repeats_as_independent_evidence(tmp_path):
 
 
 def test_report_shows_repeats_and_flipping_questions(tmp_path):
-    from evalpipe.report.build import build_report
-    from evalpipe.report.html import render_html
-    from evalpipe.report.render import render_markdown
+    from evalpipe._report.build import build_report
+    from evalpipe._report.html import render_html
+    from evalpipe._report.render import render_markdown
 
     run = _repeat_run(tmp_path, "a", {"a1": [True, False, True], "a2": [True] * 3,
                                       "r1": [False] * 3})
@@ -182,8 +182,8 @@ def test_report_shows_repeats_and_flipping_questions(tmp_path):
 
 
 def test_tidy_csv_carries_pass_k_flip_rate_and_noise_floor(tmp_path):
-    from evalpipe.report.build import build_report
-    from evalpipe.report.render import tidy_rows
+    from evalpipe._report.build import build_report
+    from evalpipe._report.render import tidy_rows
 
     run = _repeat_run(tmp_path, "a", {"a1": [True, False], "a2": [True, True]})
     rows = {r["metric"]: r for r in tidy_rows(build_report(run))}

@@ -155,7 +155,7 @@ def test_correct_beats_format_problems():
 def test_infra_samples_are_flagged_and_answer_nothing():
     out = score(make_sample(CALC, stop_reason="infra_error"), CALC)
     assert out["infra"] and out["category"] == "infra_error"
-    s = make_sample(CALC, "Kết quả là 294.", steps=RIGHT_CALLS, error="tool sandbox crashed")
+    s = make_sample(CALC, "Kết quả là 294.", steps=RIGHT_CALLS, error="tool thread crashed")
     assert score(s, CALC)["category"] == "infra_error"
 
 
@@ -329,8 +329,8 @@ def test_a_truncated_first_search_is_not_replaced_by_a_later_one():
 
 
 def test_reports_list_every_category_once_and_colour_each():
-    from evalpipe.report.plots import CATEGORY_COLOURS
-    from evalpipe.report.tables import CATEGORY_ORDER
+    from evalpipe._report.plots import CATEGORY_COLOURS
+    from evalpipe._report.tables import CATEGORY_ORDER
     from evalpipe.scoring.categories import CATEGORIES, DISPLAY_ORDER, SCORER_ERROR
 
     assert CATEGORY_ORDER is DISPLAY_ORDER  # one list, not a copy that drifts

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -116,7 +115,7 @@ def test_slow_tool_times_out_and_the_run_goes_on():
     release, finished = threading.Event(), threading.Event()
 
     def slow(x: int) -> int:
-        release.wait(5)
+        release.wait(60)  # the tool runs until the test releases it; the bound ends a failure
         finished.set()
         return x
 
@@ -155,22 +154,33 @@ def test_a_raising_tool_is_reported():
 
 
 def test_parallel_calls_come_back_in_call_order():
-    def wait(ms: int) -> int:
-        time.sleep(ms / 1000)
-        return ms
+    # Call i finishes only after call i + 1 has: they end in reverse order, and come back
+    # in call order all the same.
+    ended = [threading.Event() for _ in range(4)]
 
-    tool = Tool("wait", "Waits.", {"type": "object", "properties": {"ms": {"type": "integer"}},
-                                   "required": ["ms"]}, wait)
-    toolset = Toolset({"wait": tool, **build_toolset("calculator").tools})
-    calls = [ToolCall("wait", {"ms": ms}, id=f"c{i}") for i, ms in enumerate([300, 10, 150, 0])]
-    calls.insert(2, ToolCall("nope", {}, id="bad"))
+    def step(i: int) -> int:
+        if i + 1 < len(ended):
+            ended[i + 1].wait(60)  # the bound only ends a failed test
+        ended[i].set()
+        return i
+
+    tool = Tool("step", "Steps.", {"type": "object", "properties": {"i": {"type": "integer"}},
+                                   "required": ["i"]}, step)
+    toolset = Toolset({"step": tool, **build_toolset("calculator").tools},
+                      ToolLimits(timeout_s=60))  # a bound for a failed test, never reached
+    calls = [ToolCall("step", {"i": i}, id=f"c{i}") for i in range(4)]
     calls.append(ToolCall("add", {"a": 1, "b": 2}, id="sum"))
     events = toolset.execute(calls)
-    assert [e.call_id for e in events] == ["c0", "c1", "bad", "c2", "c3", "sum"]
-    assert [e.result for e in events] == [300, 10, None, 150, 0, 3]
-    assert events[2].error == "unknown_tool"
+    assert [e.call_id for e in events] == ["c0", "c1", "c2", "c3", "sum"]
+    assert [e.result for e in events] == [0, 1, 2, 3, 3]
+    # A reply with an unknown tool runs its calls one after another, in call order.
+    calls = [ToolCall("add", {"a": 1, "b": 1}, id="a"), ToolCall("nope", {}, id="bad"),
+             ToolCall("add", {"a": 2, "b": 2}, id="b")]
+    events = toolset.execute(calls)
+    assert [(e.call_id, e.result, e.error) for e in events] == [
+        ("a", 2, None), ("bad", None, "unknown_tool"), ("b", 4, None)]
     # Four calls that each wait for all four to be running: in series the barrier breaks.
-    meet = threading.Barrier(4, timeout=3)
+    meet = threading.Barrier(4, timeout=60)  # the bound only ends a failed test
     toolset = toolset.with_tools(Tool("meet", "Meets.", {"type": "object", "properties": {}},
                                       lambda: meet.wait() >= 0))
     together = toolset.execute([ToolCall("meet", {}, id=f"p{i}") for i in range(4)])
@@ -300,7 +310,7 @@ def test_the_command_imports_a_tool_module_from_the_current_folder(tmp_path):
 
 
 def test_validate_runs_a_gold_plan_through_a_custom_tool(tmp_path, monkeypatch):
-    from evalpipe.validate import validate
+    from evalpipe._validate import validate
 
     (tmp_path / "future_tools.py").write_text(FUTURE_TOOLS)
     monkeypatch.syspath_prepend(str(tmp_path))

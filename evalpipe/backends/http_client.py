@@ -1,5 +1,6 @@
 """The retrying HTTP client of the OpenAI backend: POSTs JSON to an
-OpenAI-compatible server and reads the reply (plain or streamed).
+OpenAI-compatible server and reads the reply (plain or streamed) into the one
+record of a completion, records.Generation.
 
 429, 5xx, timeouts and connection errors are retried with exponential backoff
 and full jitter (a server's Retry-After is honoured); a server that streams
@@ -17,11 +18,10 @@ import random
 import re
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from evalpipe.formats.openai import reply_calls
-from evalpipe.records import ToolCall
+from evalpipe.records import Generation, ToolCall
 
 RETRY_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 
@@ -34,17 +34,6 @@ class RequestFailed(Exception):
 
 class StreamRejected(Exception):
     """The server refused the streaming form of a request (400/404/422)."""
-
-
-@dataclass
-class Reply:
-    text: str
-    tool_calls: list[ToolCall] | None
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    prefill_ms: float
-    decode_ms: float
 
 
 class Circuit:
@@ -75,9 +64,9 @@ class HttpClient:
         self._state_lock = threading.Lock()
         self._stream_usage: bool | None = None  # does the server send usage when streaming?
 
-    def post(self, path: str, body: dict[str, Any], circuit: Circuit) -> Reply:
-        """POST body to base_url + path, retried; raises RequestFailed (not retryable)
-        when every attempt failed."""
+    def post(self, path: str, body: dict[str, Any], circuit: Circuit) -> Generation:
+        """POST body to base_url + path, retried, and the reply as a Generation; raises
+        RequestFailed (not retryable) when every attempt failed."""
         url = self.base_url + path
         attempts = 1 + (0 if circuit.open else self.max_retries)
         last: RequestFailed | None = None
@@ -129,7 +118,7 @@ class HttpClient:
         with self._state_lock:
             return self._stream_usage is not False
 
-    def _send(self, url: str, body: dict[str, Any]) -> Reply:
+    def _send(self, url: str, body: dict[str, Any]) -> Generation:
         if self._use_stream():
             try:
                 reply, had_usage = self._post_stream(url, body)
@@ -172,7 +161,7 @@ class HttpClient:
             raise RequestFailed(f"HTTP {response.status_code}: {text}", retryable, retry_after)
         return response
 
-    def _post(self, url: str, body: dict[str, Any]) -> Reply:
+    def _post(self, url: str, body: dict[str, Any]) -> Generation:
         import requests
 
         start = time.perf_counter()
@@ -190,11 +179,11 @@ class HttpClient:
             calls = reply_calls(message.get("tool_calls"))
         else:
             text, calls = choice.get("text") or "", None
-        return Reply(text, calls, _finish(choice.get("finish_reason"), calls),
-                      int(usage.get("prompt_tokens") or 0),
-                      int(usage.get("completion_tokens") or 0), 0.0, (end - start) * 1000)
+        return Generation(text, int(usage.get("prompt_tokens") or 0),
+                          int(usage.get("completion_tokens") or 0), 0.0, (end - start) * 1000,
+                          _finish(choice.get("finish_reason"), calls), tool_calls=calls)
 
-    def _post_stream(self, url: str, body: dict[str, Any]) -> tuple[Reply, bool]:
+    def _post_stream(self, url: str, body: dict[str, Any]) -> tuple[Generation, bool]:
         import requests
 
         start = time.perf_counter()
@@ -255,10 +244,10 @@ class HttpClient:
                                                           "arguments": c["arguments"]}}
                              for _, c in sorted(calls.items())]) if calls else None
         usage = usage or {}
-        reply = Reply("".join(text), tool_calls, _finish(finish, tool_calls),
-                       int(usage.get("prompt_tokens") or 0),
-                       int(usage.get("completion_tokens") or pieces),
-                       (first - start) * 1000, (end - first) * 1000)
+        reply = Generation("".join(text), int(usage.get("prompt_tokens") or 0),
+                           int(usage.get("completion_tokens") or pieces), (first - start) * 1000,
+                           (end - first) * 1000, _finish(finish, tool_calls),
+                           tool_calls=tool_calls)
         return reply, bool(usage)
 
     def clean(self, message: str) -> str:

@@ -25,59 +25,68 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
 
 from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings, run_dry
 from evalpipe.backends.http_client import Circuit, HttpClient, RequestFailed
 from evalpipe.errors import InputError
 from evalpipe.formats.openai import wire_messages, wire_tools
 from evalpipe.records import Generation
+from evalpipe.schema import Section, input_error
 
-MODES = ("chat", "text")
-STREAM_MODES = ("auto", "on", "off")
-CONFIG_KEYS = {"id", "backend", "base_url", "api_key_env", "concurrency", "timeout_s",
-               "max_retries", "mode", "model", "stream", "backoff_s", "max_backoff_s",
-               "chat_template", "stop", "extra_body", "tool_choice"}
+
+class OpenAIOptions(Section):
+    """What a `backend: openai` model entry sets besides its id and base_url: the one
+    home of these options, their defaults and ranges (the config's model entry is this
+    section; docs/backends.md says what each does)."""
+
+    api_key_env: str | None = None  # the key itself never goes into a config
+    concurrency: int = Field(4, ge=1)  # requests in flight
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(4, ge=0)
+    mode: Literal["chat", "text"] = "chat"
+    model: str | None = None  # the name the server knows the model by; default: the id
+    stream: Literal["auto", "on", "off"] | bool = "auto"
+    backoff_s: float = Field(0.5, ge=0)
+    max_backoff_s: float = Field(30.0, ge=0)
+    chat_template: str | None = None  # mode text
+    stop: list[str] | None = None
+    extra_body: dict[str, Any] | None = None
+    tool_choice: Any = None
 
 
 class OpenAIBackend(Backend):
-    def __init__(self, model_id: str, base_url: str, *, api_key_env: str | None = None,
-                 concurrency: int = 4, timeout_s: float = 120.0, max_retries: int = 4,
-                 mode: str = "chat", model: str | None = None, stream: str | bool = "auto",
-                 backoff_s: float = 0.5, max_backoff_s: float = 30.0,
-                 chat_template: str | None = None, stop: list[str] | None = None,
-                 extra_body: dict[str, Any] | None = None, tool_choice: Any = None):
-        if mode not in MODES:
-            raise InputError(f"unknown mode {mode!r}", field="models.mode",
-                             expected=" | ".join(MODES))
+    def __init__(self, model_id: str, base_url: str, **options: Any):
+        """`options`: the fields of OpenAIOptions."""
+        try:
+            o = OpenAIOptions.model_validate(options)
+        except ValidationError as exc:
+            raise input_error(exc, OpenAIOptions, prefix="models") from None
         if not base_url:
             raise InputError(f"model {model_id!r} has no base_url", field="models.base_url",
                              expected="the server's URL, e.g. http://127.0.0.1:8000/v1")
-        if isinstance(stream, bool):
-            stream = "on" if stream else "off"
-        if stream not in STREAM_MODES:
-            raise InputError(f"unknown stream setting {stream!r}", field="models.stream",
-                             expected="auto | on | off")
-        if int(concurrency) < 1:
-            raise InputError("concurrency must be at least 1", field="models.concurrency")
-        self.model_id, self.mode = model_id, mode
-        self.served_model = model or model_id
+        stream = o.stream if isinstance(o.stream, str) else ("on" if o.stream else "off")
+        self.model_id, self.mode = model_id, o.mode
+        self.served_model = o.model or model_id
         self.base_url = base_url.rstrip("/")
         if not self.base_url.endswith("/v1"):
             self.base_url += "/v1"
-        self.concurrency = int(concurrency)
-        self.client = HttpClient(self.base_url, api_key_env=api_key_env, timeout_s=timeout_s,
-                                 max_retries=max_retries, backoff_s=backoff_s,
-                                 max_backoff_s=max_backoff_s, stream=stream)
-        self.extra_body = dict(extra_body or {})
-        self.tool_choice = tool_choice
+        self.concurrency = o.concurrency
+        self.client = HttpClient(self.base_url, api_key_env=o.api_key_env,
+                                 timeout_s=o.timeout_s, max_retries=o.max_retries,
+                                 backoff_s=o.backoff_s, max_backoff_s=o.max_backoff_s,
+                                 stream=stream)
+        self.extra_body = dict(o.extra_body or {})
+        self.tool_choice = o.tool_choice
         self.template = None
-        if mode == "text":
+        if o.mode == "text":
             from evalpipe.backends.templates import ChatTemplate
 
-            self.template = ChatTemplate.from_spec(chat_template, stop=stop)
-        self.stop = list(stop) if stop is not None else (self.template.stop if self.template
-                                                         else [])
+            self.template = ChatTemplate.from_spec(o.chat_template, stop=o.stop)
+        self.stop = list(o.stop) if o.stop is not None else (self.template.stop if self.template
+                                                             else [])
 
     # -- contract ----------------------------------------------------------------------------
     @property
@@ -118,15 +127,12 @@ class OpenAIBackend(Backend):
         try:
             body = self._body(json.loads(prompt), settings)
             path = "/chat/completions" if body.pop("_mode") == "chat" else "/completions"
-            reply = self.client.post(path, body, circuit)
+            return self.client.post(path, body, circuit)
         except RequestFailed as exc:
             return Generation("", finish_reason="error", error=self.client.clean(str(exc)))
         except Exception as exc:  # noqa: BLE001 - an odd reply fails this prompt, not the batch
             return Generation("", finish_reason="error",
                               error=self.client.clean(f"openai backend: {type(exc).__name__}: {exc}"))
-        return Generation(reply.text, reply.prompt_tokens, reply.completion_tokens,
-                          reply.prefill_ms, reply.decode_ms, reply.finish_reason,
-                          tool_calls=reply.tool_calls)
 
     def _body(self, prompt: dict[str, Any], settings: GenerationSettings) -> dict[str, Any]:
         body: dict[str, Any] = {"model": prompt["model"], "max_tokens": settings.max_new_tokens,
@@ -152,12 +158,8 @@ def from_config(model: dict[str, Any]) -> OpenAIBackend:
     if "api_key" in model:
         raise InputError("an API key must not be written in the config", field="models.api_key",
                          expected="api_key_env: THE_NAME_OF_AN_ENVIRONMENT_VARIABLE")
-    unknown = sorted(set(model) - CONFIG_KEYS - {"dtype"})
-    if unknown:
-        raise InputError(f"unknown key(s) {', '.join(unknown)} for backend openai",
-                         field="models", expected=", ".join(sorted(CONFIG_KEYS)))
-    kwargs = {k: model[k] for k in CONFIG_KEYS - {"id", "backend", "base_url"} if k in model}
-    return OpenAIBackend(model["id"], model.get("base_url", ""), **kwargs)
+    options = {k: v for k, v in model.items() if k not in ("id", "backend", "base_url")}
+    return OpenAIBackend(model["id"], model.get("base_url", ""), **options)
 
 
 class _InFlightSession(GenerationSession):

@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 
-from evalpipe.backends.local import allocator, batching
 from evalpipe.backends.base import (
     PLAIN_TEMPLATE,
     Backend,
@@ -28,12 +27,14 @@ from evalpipe.backends.base import (
     GenerationSettings,
     cut_plain_turn,
 )
-from evalpipe.backends.local.cpu import resolve_dtype
+from evalpipe.backends.local import allocator, batching
+from evalpipe.backends.local.cpu import AUTO, resolve_dtype
+from evalpipe.backends.local.cpu import DTYPES as DTYPE_NAMES
 from evalpipe.backends.models import ALIASES, quiet_loading, resolve_model
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.records import Generation
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 # Models without a chat template (base models) get this plain, documented one.
 # Base models such as Gemma need their BOS token: without it they emit garbage, and
@@ -73,7 +74,7 @@ class _FirstTokenClock:
 
 
 class TransformersBackend(Backend):
-    def __init__(self, model_id: str, dtype: str = "auto", device: str = "cpu", *,
+    def __init__(self, model_id: str, dtype: str = AUTO, device: str = "cpu", *,
                  generation: str = "auto", prefix_reuse: bool = True):
         """`generation`: "auto" (the batching loop where the model allows it, else
         `model.generate`), "loop" or "hf". `prefix_reuse`: prefill the prompts'
@@ -83,9 +84,9 @@ class TransformersBackend(Backend):
         threads = os.environ.get("EVALPIPE_TORCH_THREADS")
         if threads:  # on a shared or oversubscribed machine, 1 thread can be several times faster
             torch.set_num_threads(max(1, int(threads)))
-        if dtype != "auto" and dtype not in DTYPES:
+        if dtype != AUTO and dtype not in DTYPES:
             raise InputError(f"unknown dtype {dtype!r}", field="dtype",
-                             expected="auto | " + " | ".join(DTYPES))
+                             expected=" | ".join((AUTO, *DTYPES)))
         dtype, warning = resolve_dtype(dtype, device)
         if warning:  # explicit bfloat16 on a CPU that emulates it: say why it will be slow
             print(warning, file=sys.stderr)

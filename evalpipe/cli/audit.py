@@ -19,8 +19,8 @@ def audit(run_dir, sample, seed):
     identical replies and verdicts per cell and write RUN_DIR/audit.json (shown by
     `evalpipe report`)."""
     from evalpipe.audit import audit_run
-    from evalpipe.report.render import audit_grid
-    from evalpipe.report.tables import markdown_table
+    from evalpipe._report.render import audit_grid
+    from evalpipe._report.tables import markdown_table
 
     result = audit_run(run_dir, sample=sample, seed=seed, echo=click.echo)
     header, rows = audit_grid({"audit": result})

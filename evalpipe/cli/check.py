@@ -22,8 +22,8 @@ from evalpipe.cli.common import handle_errors
 def validate(paths, config_path, corpus):
     """Check question files or folders: schema, ids, tools, plans, gold spans."""
     from evalpipe import api
+    from evalpipe._validate import gold_warnings_paths
     from evalpipe.errors import InputError
-    from evalpipe.validate import gold_warnings_paths
 
     custom_tools = []
     if config_path:

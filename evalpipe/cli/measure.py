@@ -37,7 +37,7 @@ def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump,
     for name in formats.split(","):
         samples = run_format(backend, name, questions, max_new_tokens=max_new_tokens,
                              max_turns=turns)
-        v = validity(samples, name)
+        v = validity(samples)
         click.echo(f"{name} {json.dumps(v.rates())}" if as_json else describe(name, v))
         replies[name] = [t["raw"] for s in samples for t in s.turns]
     if dump:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
+from evalpipe._report import REPORT_FORMATS as FORMATS
 from evalpipe.cli.common import handle_errors, write_output
 from evalpipe.errors import RegressionFound
-from evalpipe.report import REPORT_FORMATS as FORMATS
 
 
 @click.command()
@@ -72,7 +72,7 @@ def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples,
     import json
 
     from evalpipe import api
-    from evalpipe.report.compare import render_markdown, render_text
+    from evalpipe._report.compare import render_markdown, render_text
 
     cmp = api.compare(run_a, run_b, threshold=threshold, strict=strict, resamples=resamples,
                       seed=seed, allow_partial=allow_partial)

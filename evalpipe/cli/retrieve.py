@@ -34,10 +34,10 @@ def retrieve(config_path, methods, k, question_paths, as_json):
     paths = question_sources(question_paths or config.questions)
     questions = [q for p in paths for q in load_questions(p)]
     settings = [{"method": m} for m in methods] or [
-        {key: v for key, v in r.items() if key not in ("mode", "k")}
-        for r in config.retrieval if r["mode"] != "none"] or [{"method": "bm25"}]
+        {key: v for key, v in r.record().items() if key not in ("mode", "k")}
+        for r in config.retrieval if r.on] or [{"method": "bm25"}]
     docs = load_corpus(config.corpus)
-    chunks = chunk_corpus(docs, config.chunking["size"], config.chunking["overlap"])
+    chunks = chunk_corpus(docs, config.chunking.size, config.chunking.overlap)
     rows = evaluate_retrievers(questions, chunks, settings, k=k or config.k)
     click.echo(json.dumps(rows, indent=2) if as_json else format_table(rows))
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from evalpipe.backends.local.cpu import AUTO, DTYPES
 from evalpipe.cli.common import DEFAULT_CONFIG, handle_errors
 from evalpipe.errors import InputError
 
@@ -18,7 +19,7 @@ from evalpipe.errors import InputError
               type=click.Path(file_okay=False), help="Folder that receives the run directory.")
 @click.option("--models", help="Comma-separated model ids, replacing the config's models.")
 @click.option("--suites", help="Comma-separated suites to keep (arithmetic, plan, ...).")
-@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16"]),
+@click.option("--dtype", type=click.Choice([AUTO, *DTYPES]),
               help="Weights dtype for every local model (auto: float32; bfloat16 is fast only "
                    "on CPUs with native bfloat16, see docs/speed.md).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -27,7 +28,7 @@ from evalpipe.errors import InputError
               help="Continue a killed run in RUN_DIR with its own recorded config.")
 @click.option("--retry-infra", is_flag=True,
               help="With --resume: re-run the samples that failed for infrastructure reasons "
-                   "(backend down, timeout, tool sandbox), replacing them in place.")
+                   "(backend down, timeout), replacing them in place.")
 @click.option("--no-cache", is_flag=True, help="Generate every reply; do not use the cache.")
 @click.option("--dry-run", is_flag=True,
               help="Print the plan (cells, samples, cache hits, prompt tokens, estimated "
@@ -100,7 +101,7 @@ def _print_plan(config, out_root: str, no_cache: bool) -> None:
               help="Folder of earlier runs (the wall-time estimate comes from them).")
 @click.option("--models", help="Comma-separated model ids, replacing the config's models.")
 @click.option("--suites", help="Comma-separated suites to keep (arithmetic, plan, ...).")
-@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16"]),
+@click.option("--dtype", type=click.Choice([AUTO, *DTYPES]),
               help="Weights dtype for every local model.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override a config key, e.g. --set limit=2 (repeatable).")

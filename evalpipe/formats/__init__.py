@@ -28,7 +28,7 @@ def get_format(name: str, tools: list[dict] | None = None) -> Format:
     except KeyError:
         raise InputError(f"unknown format {name!r}", field="formats",
                          expected=" | ".join(FORMATS)) from None
-    return cls(tools=tools) if cls is XmlFormat else cls()
+    return cls(tools=tools)
 
 
 __all__ = ["ERROR_KINDS", "FORMATS", "Format", "HermesFormat", "JsonFormat", "NativeFormat",

@@ -104,7 +104,7 @@ class OpenAIFormat(Format):
     def render_calls(self, calls: list[ToolCall]) -> str:
         return "[" + ", ".join(self.render_call(c) for c in calls) + "]"
 
-    def parse(self, text: str, *, lenient: bool = True) -> ParseResult:
+    def _parse(self, text: str, *, lenient: bool = True) -> ParseResult:
         result, reply = start_result(text)
         if reply is not None:
             result.content = reply

@@ -117,7 +117,9 @@ def tool_from_callable(spec: str, *, file: str | None = None, line: int | None =
     """A user tool from 'package.module:function'; the schema comes from type hints
     (int, float, str, bool; `from __future__ import annotations` is fine: the hints are
     resolved) and the description from the docstring. Errors name `field` (and the
-    config's file and line when given)."""
+    config's file and line when given). The module is imported and the function runs
+    in this process: trusted code, with evalpipe's permissions (the thread a call runs
+    in bounds its time, not what it may do)."""
 
     def fail(message: str, expected: str) -> InputError:
         return InputError(message, file=file, line=line, field=field, expected=expected)
@@ -151,6 +153,9 @@ def tool_from_callable(spec: str, *, file: str | None = None, line: int | None =
     return Tool(fn.__name__, inspect.getdoc(fn) or fn.__name__, params, fn)
 
 
+SEARCH_TOOL = "search_site"  # the retrieval tool of cells with retrieval mode `tool`
+
+
 def search_site_tool(search: Callable[[str, int], list[dict[str, Any]]], k: int) -> Tool:
     """Retrieval offered as a tool (agentic RAG): returns the top-k chunks."""
 
@@ -159,7 +164,7 @@ def search_site_tool(search: Callable[[str, int], list[dict[str, Any]]], k: int)
 
     params = {"type": "object", "properties": {"query": {"type": "string", "maxLength": 500}},
               "required": ["query"], "additionalProperties": False}
-    return Tool("search_site", "Search the site's documents; returns the most relevant passages.",
+    return Tool(SEARCH_TOOL, "Search the site's documents; returns the most relevant passages.",
                 params, search_site)
 
 

@@ -2,7 +2,7 @@
 
 runs.py reads run directories in place (an index per run, refreshed as files
 grow); server.py serves the JSON API and the page (static/, plus the report's
-shared transcript renderer and CSS from evalpipe/report/assets).
+shared transcript renderer and CSS from evalpipe/_report/assets).
 """
 
 from evalpipe.view.runs import Outputs, RunIndex

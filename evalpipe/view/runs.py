@@ -20,13 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe import jsonl
-from evalpipe.errors import InputError
-from evalpipe.questions import Question
-from evalpipe.report.build import MAIN_METRICS, build_report, metric_label
-from evalpipe.report.compare import Comparison, compare_runs, cost_changes
-from evalpipe.report.html import sample_view
-from evalpipe.report.load import RunData, run_facts
-from evalpipe.report.render import (
+from evalpipe._report.build import MAIN_METRICS, build_report, metric_label
+from evalpipe._report.compare import Comparison, compare_runs, cost_changes
+from evalpipe._report.html import sample_view
+from evalpipe._report.load import RunData, run_facts
+from evalpipe._report.render import (
     COST_NOTE,
     accuracy_grid,
     category_grid,
@@ -35,6 +33,8 @@ from evalpipe.report.render import (
     repeats_grid,
     report_notes,
 )
+from evalpipe.errors import InputError
+from evalpipe.questions import Question
 from evalpipe.scoring.aggregate import aggregate
 from evalpipe.scoring.run import score_records, verdict_counts
 from evalpipe.store import RunStore, run_status
@@ -257,7 +257,7 @@ class RunIndex:
 
     def plot_names(self) -> list[str]:
         """The plots this run has, without drawing them; [] without matplotlib."""
-        from evalpipe.report.plots import applicable
+        from evalpipe._report.plots import applicable
 
         try:
             import matplotlib  # noqa: F401 -- the plots' one extra
@@ -268,8 +268,8 @@ class RunIndex:
     def plots(self) -> dict[str, bytes]:
         """The report's plots (PNG), drawn once per version of the run; {} without
         matplotlib."""
+        from evalpipe._report.plots import render_plots
         from evalpipe.errors import EvalpipeError
-        from evalpipe.report.plots import render_plots
 
         with self.lock:
             _, data = self.run_data()
@@ -375,7 +375,7 @@ class Outputs:
 
     def compare(self, a: str, b: str) -> dict[str, Any]:
         """The paired comparison of run b against run a, as the compare page shows it."""
-        from evalpipe.report.compare import HEADER, metric_rows, summary_line
+        from evalpipe._report.compare import HEADER, metric_rows, summary_line
 
         run_a, data_a = self.get(a).run_data()
         run_b, data_b = self.get(b).run_data()

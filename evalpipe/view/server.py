@@ -39,8 +39,8 @@ STATIC = {
     "index.html": ("evalpipe.view", "index.html", "text/html; charset=utf-8"),
     "view.js": ("evalpipe.view", "view.js", "text/javascript; charset=utf-8"),
     "view.css": ("evalpipe.view", "view.css", "text/css; charset=utf-8"),
-    "report.css": ("evalpipe.report", "report.css", "text/css; charset=utf-8"),
-    "transcript.js": ("evalpipe.report", "transcript.js", "text/javascript; charset=utf-8"),
+    "report.css": ("evalpipe._report", "report.css", "text/css; charset=utf-8"),
+    "transcript.js": ("evalpipe._report", "transcript.js", "text/javascript; charset=utf-8"),
 }
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")

@@ -124,37 +124,26 @@ def run_facts(manifest: dict[str, Any]) -> dict[str, Any]:
 # -- facts about cells -------------------------------------------------------------------------
 
 def cell_facets(run: RunData, cell_id: str) -> dict[str, Any]:
-    """model id, format, toolset and retrieval mode/method of a cell, from the manifest
-    settings, else from its scored samples, else parsed from the cell id
-    (model/format/toolset/retrieval)."""
-    settings = run.cell_info(cell_id).get("settings") or {}
+    """model id, format, toolset and retrieval mode/method of a cell, as the run recorded
+    them: the manifest's facets of the cell (config.Cell.facets), or for a run recorded
+    before those, the cell's settings in the manifest or in its scored samples. A cell id
+    is a name, never parsed."""
+    info = run.cell_info(cell_id)
+    recorded = info.get("facets")
+    if isinstance(recorded, dict):
+        return {"model": recorded.get("model"), "format": recorded.get("format"),
+                "toolset": recorded.get("toolset"), "retrieval_mode": recorded.get("retrieval"),
+                "retrieval_method": recorded.get("method")}
+    settings: dict[str, Any] = info.get("settings") or next(
+        (s for s in run.scores.get("samples", []) if s["cell_id"] == cell_id), {})
     model = settings.get("model")
     retrieval = settings.get("retrieval") or {}
-    facets = {
-        "model": (model.get("id") if isinstance(model, dict) else model),
-        "format": settings.get("format"),
-        "toolset": settings.get("toolset"),
-        "retrieval_mode": retrieval.get("mode"),
-        "retrieval_method": retrieval.get("method"),
-    }
-    if any(v is None for k, v in facets.items() if k != "retrieval_method"):
-        for s in run.scores.get("samples", []):
-            if s["cell_id"] == cell_id:
-                m = s.get("model")
-                facets["model"] = facets["model"] or (m.get("id") if isinstance(m, dict) else m)
-                facets["format"] = facets["format"] or s.get("format")
-                facets["toolset"] = facets["toolset"] or s.get("toolset")
-                facets["retrieval_mode"] = facets["retrieval_mode"] or s.get("retrieval_mode")
-                break
-    parts = cell_id.rsplit("/", 3)
-    if len(parts) == 4:
-        model_id, fmt, toolset, rpart = parts
-        facets["model"] = facets["model"] or model_id
-        facets["format"] = facets["format"] or fmt
-        facets["toolset"] = facets["toolset"] or toolset
-        if facets["retrieval_mode"] is None:
-            facets["retrieval_mode"] = "none" if rpart == "no-rag" else rpart.split("-")[-1]
-    return facets
+    mode = (retrieval.get("mode") if isinstance(retrieval, dict) else None) or settings.get(
+        "retrieval_mode")
+    return {"model": model.get("id") if isinstance(model, dict) else model,
+            "format": settings.get("format"), "toolset": settings.get("toolset"),
+            "retrieval_mode": mode,
+            "retrieval_method": retrieval.get("method") if isinstance(retrieval, dict) else None}
 
 
 def baseline_cells(run: RunData) -> dict[str, str | None]:

@@ -50,7 +50,7 @@ function retrievalText(r) {
   return Object.entries(r).map(([k, v]) => k + ' ' +
     (typeof v === 'number' ? num(v, 3) : str(v))).join(' · ');
 }
-// s: a sample view (evalpipe.report.html.sample_view); blocks: prompt block id -> text.
+// s: a sample view (evalpipe._report.html.sample_view); blocks: prompt block id -> text.
 function transcript(s, blocks) {
   const promptOf = t => (t.prompt_blocks && t.prompt_blocks.length &&
     t.prompt_blocks.every(b => b in blocks)) ? t.prompt_blocks.map(b => blocks[b]).join('') : null;

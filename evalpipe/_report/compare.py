@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from evalpipe._report.load import RunData
 from evalpipe.errors import InputError
-from evalpipe.report.load import RunData
 from evalpipe.scoring.stats import cluster_bootstrap, detectable_difference
 
 METRICS = ("exact", "format_valid", "plan_exact", "recall@k")
@@ -350,7 +350,7 @@ def compare_runs(a: RunData, b: RunData, *, threshold: float = 0.02, strict: boo
 def cost_changes(cmp: Comparison, a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     """Per matched cell, each cost field's mean in A and in B and their ratio B / A, from
     the two runs' report data (build.build_report). Means only: costs are not gated."""
-    from evalpipe.report.build import COST_FIELDS
+    from evalpipe._report.build import COST_FIELDS
 
     cost_a = {r["cell_id"]: r["fields"] for r in a["cost"]}
     cost_b = {r["cell_id"]: r["fields"] for r in b["cost"]}
@@ -463,7 +463,7 @@ def summary_line(cmp: Comparison) -> str:
 
 
 def render_markdown(cmp: Comparison) -> str:
-    from evalpipe.report.tables import markdown_table
+    from evalpipe._report.tables import markdown_table
 
     def esc(s: str) -> str:
         return s.replace("|", "\\|")

@@ -8,8 +8,8 @@ import json
 import math
 from typing import Any
 
-from evalpipe.report.build import COST_FIELDS, MAIN_METRICS, RATIO_FIELDS, metric_label
-from evalpipe.report.tables import BFCL_SUITE, markdown_table, unscored_text, verdicts_text
+from evalpipe._report.build import COST_FIELDS, MAIN_METRICS, RATIO_FIELDS, metric_label
+from evalpipe._report.tables import BFCL_SUITE, markdown_table, unscored_text, verdicts_text
 
 DASH = "-"
 

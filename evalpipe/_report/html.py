@@ -13,10 +13,9 @@ import json
 from importlib import resources
 from typing import Any
 
-from evalpipe.prompts import block_texts
-from evalpipe.report.build import MAIN_METRICS, metric_label
-from evalpipe.report.load import RunData
-from evalpipe.report.render import (
+from evalpipe._report.build import MAIN_METRICS, metric_label
+from evalpipe._report.load import RunData
+from evalpipe._report.render import (
     COST_NOTE,
     accuracy_grid,
     audit_grid,
@@ -27,6 +26,7 @@ from evalpipe.report.render import (
     repeats_grid,
     report_notes,
 )
+from evalpipe.prompts import block_texts
 from evalpipe.scoring.retrieval_metrics import covers
 
 PAGE_SIZE = 200
@@ -107,8 +107,8 @@ def _json_script(data: Any) -> str:
 
 
 def asset(name: str) -> str:
-    """A file of evalpipe/report/assets (CSS and JS shared with `evalpipe view`)."""
-    return (resources.files("evalpipe.report") / "assets" / name).read_text(encoding="utf-8")
+    """A file of evalpipe/_report/assets (CSS and JS shared with `evalpipe view`)."""
+    return (resources.files("evalpipe._report") / "assets" / name).read_text(encoding="utf-8")
 
 
 def inline_markdown(text: str) -> str:

@@ -8,7 +8,8 @@ Checks, per record:
 - the schema (`evalpipe.questions.parse_question`), including $refs that must
   name an earlier step;
 - ids unique within a file;
-- every tool named in gold_calls exists (the built-in tools and search_site);
+- every tool named in gold_calls exists (the built-in tools, search_site, the
+  config's custom tools and the question's own);
 - executing gold_calls with the real tools (toolset "math") gives the gold
   answer, with a relative tolerance of 1e-9;
 - every gold passage names a document of the corpus, ends within its text,
@@ -22,14 +23,13 @@ from __future__ import annotations
 import difflib
 import math
 import re
-import sys
-import types
 import unicodedata
 from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from evalpipe.corpus import CHUNK_SIZE
 from evalpipe.errors import InputError
 from evalpipe.questions import (
     BFCL_SOURCE,
@@ -133,13 +133,11 @@ def _check_plan(q: Question, file: str, line: int, custom: dict[str, Tool] | Non
         # search_site needs a retriever, and a schema-only tool (BFCL's "multiply" too) has
         # no implementation: such a plan cannot be replayed here
         return []
-    try:
-        results = execute_gold_plan(q.gold_calls,
-                                    build_toolset("math").with_tools(*custom.values()))
-    except ValueError as exc:
-        return [_error(file, line, "gold_calls", f"the gold plan fails: {exc}",
+    run = execute_gold_plan(q.gold_calls, build_toolset("math").with_tools(*custom.values()))
+    for why in run.failed.values():  # the first failure; the steps after it need it
+        return [_error(file, line, "gold_calls", f"the gold plan fails: {why}",
                        "a plan the real tools can execute")]
-    final = results[q.gold_calls[-1]["id"]]
+    final = run.results[q.gold_calls[-1]["id"]]
     if q.answer_type in ("calls", "abstain"):
         return []  # graded by the calls alone, or no answer to reach
     if q.answer_type == "text" and not _is_plain_number(final):
@@ -248,7 +246,7 @@ def _unit_after_answer(text: str, q: Question) -> str | None:
 
 
 def gold_warnings(path: str | Path | QuestionSource, corpus_root: str = "datasets/site",
-                  chunk_size: int = 800) -> list[str]:
+                  chunk_size: int = CHUNK_SIZE) -> list[str]:
     """Chunks that state a question's answer but that no gold passage covers.
 
     A chunk states the answer when one of its statements (a line or a sentence)
@@ -411,14 +409,3 @@ def validate(paths: str | Path | Iterable[str | Path | dict[str, Any]], *,
     return validate_paths([p if isinstance(p, dict) else str(p) for p in items],
                           corpus_root=str(corpus),
                           custom_tools=custom_tools)
-
-
-class _PublicModule(types.ModuleType):
-    """Importing this module makes `evalpipe.validate` the module, not the API function
-    of that name; calling the module calls the function, so both spellings work."""
-
-    def __call__(self, *args, **kwargs):
-        return validate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _PublicModule

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalpipe.report.load import (
+from evalpipe._report.load import (
     RunData,
     baseline_cells,
     cell_facets,
     model_parameters,
     run_facts,
 )
-from evalpipe.report.tables import CATEGORY_ORDER
+from evalpipe._report.tables import CATEGORY_ORDER
 from evalpipe.scoring.cost import probe_summary
 from evalpipe.scoring.stats import wilson
 
