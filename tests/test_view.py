@@ -306,7 +306,8 @@ def test_browser_follows_a_run_that_is_writing(outputs, server, page):
     page.wait_for_selector("#progress")
     shown = page.text_content("#progress")
     assert shown.startswith("running: ") and "samples written so far" in shown
-    count = page.locator("#sample-body tr.sample-row").count()
+    count = api(server, "/api/runs/run-live")["samples"]  # what the page shows once loaded
+    expect(page.locator("#sample-body tr.sample-row")).to_have_count(count, timeout=30_000)
     with open(outputs / "run-live" / "samples.jsonl", "a") as f:
         f.write(json.dumps(samples_a("run-live")[11]) + "\n")
     expect(page.locator("#sample-body tr.sample-row")).to_have_count(count + 1, timeout=30_000)
