@@ -71,6 +71,26 @@ class Validity:
         }
 
 
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}% ({part}/{whole})"
+
+
+def describe(name: str, v: Validity) -> str:
+    """One format's validity in words, saying so when there was nothing to measure."""
+    if not v.samples_attempted:
+        return (f"{name}: no call attempted in {v.samples} samples: nothing to measure (the "
+                "model answered without calling a tool; try more --turns, a larger "
+                "--max-new-tokens or another model)")
+    errors = ", ".join(f"{k} {n}" for k, n in sorted(v.error_kinds.items())) or "none"
+    strict = ", ".join(f"{k} {n}" for k, n in sorted(v.strict_error_kinds.items())) or "none"
+    return (f"{name}: {v.samples_attempted} of {v.samples} samples attempted a call "
+            f"({v.attempts} attempts). Calls valid: {_share(v.valid, v.attempts)} lenient, "
+            f"{_share(v.valid_strict, v.attempts)} strict. Samples with every attempt valid: "
+            f"{_share(v.samples_valid, v.samples_attempted)} lenient, "
+            f"{_share(v.samples_valid_strict, v.samples_attempted)} strict. Errors: {errors} "
+            f"(strict parser: {strict}).")
+
+
 def validity(samples: list[Sample]) -> Validity:
     """Counts of valid call attempts by the scorer's own rule (scoring.score.call_stats:
     what the engine parsed, leniently and strictly, and what the tools accepted), and of

@@ -20,13 +20,15 @@ from evalpipe.cli.common import echo, handle_errors
               help="Generations per question.")
 @click.option("--dump", type=click.Path(dir_okay=False),
               help="Write the raw replies per format to this JSON file (for fixtures).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object of rates per format instead of sentences.")
 @handle_errors
-def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump):
+def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump, as_json):
     """Run questions through each format (calculator + math tools) and print, per format,
     the share of tool-call attempts that parsed and validated, lenient and strict."""
     from evalpipe.backends import load_backend
     from evalpipe.formats import get_format
-    from evalpipe.measure import DEFAULT_QUESTIONS, run_format, validity
+    from evalpipe.measure import DEFAULT_QUESTIONS, describe, run_format, validity
     from evalpipe.questions import load_questions
 
     names = formats.split(",")
@@ -39,7 +41,8 @@ def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump)
     for name in names:
         samples = run_format(backend, name, questions, max_new_tokens=max_new_tokens,
                              max_turns=turns)
-        echo(f"{name} {json.dumps(validity(samples).rates())}")
+        v = validity(samples)
+        echo(f"{name} {json.dumps(v.rates())}" if as_json else describe(name, v))
         replies[name] = [t["raw"] for s in samples for t in s.turns]
     if dump:
         with open(dump, "w", encoding="utf-8") as f:
