@@ -72,11 +72,13 @@ def load(config: str | Path | dict[str, Any] | RunConfig, *, limit: int | None =
 def run(config: str | Path | dict[str, Any] | RunConfig | None = None, *,
         out: str | Path = "outputs", resume: str | Path | None = None, use_cache: bool = True,
         retry_infra: bool = False, echo: Callable[[str], None] = _quiet,
-        **overrides: Any) -> RunResult:
+        progress: bool = False, **overrides: Any) -> RunResult:
     """Run a config's grid and score it. `config`: a YAML path, a mapping or a
     RunConfig; `overrides`: limit, models, suites, dtype, sets (as `evalpipe run`).
     With `resume` (a run directory), continue that run with its recorded config; with
-    `retry_infra` as well, re-run its infra errors in place."""
+    `retry_infra` as well, re-run its infra errors in place. Prints nothing unless
+    asked: `echo` receives the run's log lines, `progress=True` draws a bar per cell
+    on stderr."""
     from evalpipe import parallel
     from evalpipe.config import parse_config
     from evalpipe.errors import InputError
@@ -95,7 +97,8 @@ def run(config: str | Path | dict[str, Any] | RunConfig | None = None, *,
     else:
         cfg = load(config, **overrides)
     run_dir = execute_run(cfg, Path(out), resume=Path(resume) if resume else None,
-                          use_cache=use_cache, echo=echo, retry_infra=retry_infra)
+                          use_cache=use_cache, echo=echo, retry_infra=retry_infra,
+                          progress=progress)
     return RunResult(Path(run_dir), helper_rank=parallel.rank_world()[0] > 0)
 
 

@@ -43,8 +43,9 @@ from evalpipe.engine import CellRuntime
 from evalpipe.errors import InputError
 from evalpipe.formats import FORMATS
 from evalpipe.questions import BFCL_SOURCE
+from evalpipe.questions import FIELDS as QUESTION_FIELDS
 from evalpipe.retrieval import METHODS, RetrieverSettings
-from evalpipe.schema import Section, input_error, line_of, one_of
+from evalpipe.schema import Section, closest, input_error, line_of, one_of
 from evalpipe.store import run_name_problem
 from evalpipe.tools import TOOLSETS, ToolLimits
 from evalpipe.tools.builtin import BUILTIN_TOOLS, SEARCH_TOOL, tool_from_callable
@@ -192,9 +193,18 @@ class JudgeSection(Section):
     labels: str | None = None  # a labelled set; default tests/data/grading_labels.jsonl
 
 
+class QuestionSourceSection(Section):
+    """A question file in a shape of its own: which column holds each field, and
+    fixed values for fields the file lacks (questions.QuestionSource)."""
+
+    path: str
+    fields: dict[str, str] = Field(default_factory=dict)
+    values: dict[str, Any] = Field(default_factory=dict)
+
+
 class ConfigSpec(Section):
     name: str | None = None  # the run's folder is named from it (store.run_name_problem)
-    questions: list[str] = Field(min_length=1)
+    questions: list[str | QuestionSourceSection] = Field(min_length=1)
     corpus: str | None = None
     limit: int | None = Field(None, ge=1)  # questions per suite
     suites: list[str] | None = None
@@ -261,7 +271,7 @@ class RunConfig:
     cell records its model's), with only the values that are not the defaults."""
 
     name: str
-    questions: list[str]
+    questions: list[str | dict[str, Any]]  # a path, or {path, fields, values}
     corpus: str | None
     models: list[dict[str, Any]]
     formats: list[str]
@@ -430,13 +440,16 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
             return p
         return str(base / p)
 
+    _check_question_mappings(spec.questions, source, text)
     if spec.corpus is None and any(r.on for r in spec.retrieval):
         raise InputError("retrieval is on but no corpus is named", file=source, field="corpus",
                          expected="a folder of documents")
     _check_custom_tools(spec, source, text)
     return RunConfig(
         name=spec.name or _name_from(source),
-        questions=[resolve(p) for p in spec.questions],
+        questions=[resolve(p) if isinstance(p, str) else
+                   {**p.model_dump(exclude_defaults=True), "path": resolve(p.path)}
+                   for p in spec.questions],
         corpus=resolve(spec.corpus) if spec.corpus else None,
         models=[model_record(m) for m in spec.models],
         formats=spec.formats,
@@ -465,6 +478,23 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
     )
 
 
+def _check_question_mappings(entries: list[str | QuestionSourceSection], source: str,
+                             text: str | None) -> None:
+    """Every field a question mapping names is a field of a question record."""
+    for i, entry in enumerate(entries):
+        if isinstance(entry, str):
+            continue
+        for part, names in (("fields", entry.fields), ("values", entry.values)):
+            for name in names:
+                if name in QUESTION_FIELDS:
+                    continue
+                raise InputError(f"unknown question field {name!r}"
+                                 f"{closest(name, QUESTION_FIELDS)}", file=source,
+                                 line=line_of(text, ["questions", i, part, name])
+                                 if text else None, field=f"questions[{i}].{part}.{name}",
+                                 expected="one of " + ", ".join(QUESTION_FIELDS))
+
+
 def _name_from(source: str) -> str:
     """A run name from the config's file name, made a plain folder name."""
     return re.sub(r"[^\w.-]+", "-", Path(source).stem).strip(".-") or "run"
@@ -479,11 +509,7 @@ def _check_custom_tools(spec: ConfigSpec, source: str, text: str | None) -> None
     for i, entry in enumerate(spec.custom_tools):
         line = line_of(text, ["custom_tools", i]) if text else None
         field = f"custom_tools[{i}]"
-        try:
-            name = tool_from_callable(entry).name
-        except InputError as exc:
-            raise InputError(exc.message, file=source, line=line, field=field,
-                             expected=exc.expected) from None
+        name = tool_from_callable(entry, file=source, line=line, field=field).name
         if name in taken:
             known = "a built-in tool" if name in BUILTIN_TOOLS or name == SEARCH_TOOL else \
                 "another custom tool"

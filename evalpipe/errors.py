@@ -38,6 +38,14 @@ class ModelUnavailableError(EvalpipeError):
     """A model cannot be loaded (no network, missing file, unknown alias)."""
 
 
+class UnknownModelError(ModelUnavailableError):
+    """A model id that names nothing evalpipe can find: not an alias, not an existing
+    folder or .gguf file, not a Hub model in the local cache (and the Hub cannot be
+    asked). Bad input, so a script can tell a typo from a crash: exit 2."""
+
+    exit_code = 2
+
+
 class InfraError(EvalpipeError):
     """The backend or the harness failed; samples get stop_reason infra_error."""
 

@@ -69,13 +69,16 @@ def _decode(line: bytes) -> Any:
         raise ValueError("nested too deeply") from None
 
 
-def scan(path: str | Path) -> Iterator[tuple[int, int, Any]]:
-    """(offset just after the line, line number, record) for each complete record."""
+def scan(path: str | Path, start: int = 0) -> Iterator[tuple[int, int, Any]]:
+    """(offset just after the line, line number, record) for each complete record, in
+    order; from byte `start` (an offset scan gave before) to read only what was appended
+    since (line numbers then count from there)."""
     path = Path(path)
     if not path.is_file():
         return
     with open(path, "rb") as f:
-        offset, bad = 0, None
+        f.seek(start)
+        offset, bad = start, None
         for number, line in enumerate(f, start=1):
             if not line.endswith(b"\n"):
                 _torn(path, number)  # the last write was cut short

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
 import signal
 import sys
@@ -25,9 +26,10 @@ from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
 from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, CellRuntime, Engine
 from evalpipe.errors import EvalpipeError, InputError, Interrupted
 from evalpipe.formats import get_format
+from evalpipe.health import first_turn_tokens, ignored_tools
 from evalpipe.identity import sample_key
 from evalpipe.probe import probe_questions, run_probe
-from evalpipe.questions import Question, load_questions, question_files
+from evalpipe.questions import Question, load_questions, question_sources
 from evalpipe.records import SCHEMA_VERSION
 from evalpipe.store import RunStore, git_commit, machine, new_run_id, package_versions
 from evalpipe.tools import ToolLimits, build_toolset
@@ -38,12 +40,13 @@ def select_questions(config: RunConfig) -> list[Question]:
     """The questions of the run: every file, filtered by suite, `limit` per suite."""
     questions: list[Question] = []
     origin: dict[str, str] = {}
-    for path in question_files(config.questions):
-        for q in load_questions(path):
+    for source in question_sources(config.questions):
+        for q in load_questions(source):
             if q.id in origin:
-                raise InputError(f"question id {q.id!r} also in {origin[q.id]}", file=str(path),
-                                 field="id", expected="ids unique across the run's question sets")
-            origin[q.id] = str(path)
+                raise InputError(f"question id {q.id!r} also in {origin[q.id]}",
+                                 file=source.path, field="id",
+                                 expected="ids unique across the run's question sets")
+            origin[q.id] = source.path
             questions.append(q)
     if config.suites:
         questions = [q for q in questions if q.suite in config.suites]
@@ -104,18 +107,24 @@ def fingerprint(cell: Cell, backend_facts: dict, toolset_schemas: list, config: 
     }, n=16)
 
 
+def _silent(_: str) -> None:
+    pass
+
+
 def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path | None = None,
-                use_cache: bool = True, echo: Callable[[str], None] = print,
-                engine: Engine | None = None, retry_infra: bool = False) -> Path:
+                use_cache: bool = True, echo: Callable[[str], None] = _silent,
+                engine: Engine | None = None, retry_infra: bool = False,
+                progress: bool = False) -> Path:
     """Run every cell of the grid and score it; returns the run directory.
 
     With `resume`, continue a stopped run in place: samples already written are
     kept (a torn last line is cut), and only the missing cell x question pairs run.
     With `retry_infra` as well, the samples that failed for infrastructure reasons
-    run again and replace their first attempt in place.
+    run again and replace their first attempt in place. Nothing is printed: `echo`
+    receives the log lines, and `progress` shows a bar per cell on stderr.
     """
     run = Run(config, Path(out_root or "outputs"), resume=resume, retry_infra=retry_infra,
-              echo=echo)
+              echo=echo, progress=progress)
     cache = GenerationCache() if use_cache else None
     try:
         return run.execute(engine or Engine(cache.session if cache else None), cache)
@@ -167,8 +176,9 @@ class Run:
     """
 
     def __init__(self, config: RunConfig, out_root: Path, *, resume: Path | None = None,
-                 retry_infra: bool = False, echo: Callable[[str], None] = print):
-        self.config, self.out_root, self.echo = config, out_root, echo
+                 retry_infra: bool = False, echo: Callable[[str], None] = _silent,
+                 progress: bool = False):
+        self.config, self.out_root, self.echo, self.progress = config, out_root, echo, progress
         self.shard = parallel.Shard.from_environment(config.hash())
         if retry_infra and resume is None:
             raise InputError("--retry-infra re-runs the infra errors of an earlier run",
@@ -297,7 +307,15 @@ class Run:
     def _generate(self, engine: Engine, stop: _StopFlag) -> int:
         return self._run_cells(engine, stop, self.done, on_cell=self._record_cell,
                                after_cell=self._probe if self.config.latency_probe else None,
-                               progress=True)
+                               progress=self.progress, warn=self._warn)
+
+    def _warn(self, message: str) -> None:
+        """A warning about the run: in its log and in the manifest (reports show it)."""
+        self.echo(f"warning: {message}")
+        warnings = self.manifest.setdefault("warnings", [])
+        if message not in warnings:
+            warnings.append(message)
+            self.store.write_json("manifest.json", self.manifest)
 
     def _probe(self, runtime: CellRuntime) -> None:
         """The latency probe of one cell (evalpipe.probe), once per run: probe.jsonl."""
@@ -369,11 +387,13 @@ class Run:
     def _run_cells(self, engine: Engine, stop: _StopFlag, done: set[tuple[str, str, int]], *,
                    on_cell: Callable[[Cell, CellRuntime, dict, dict | None], None] | None = None,
                    after_cell: Callable[[CellRuntime], None] | None = None,
-                   progress: bool = False) -> int:
+                   progress: bool = False, warn: Callable[[str], None] | None = None) -> int:
         """Generate every (cell, question, repeat) of this shard not yet `done`, one model
         loaded at a time, a cell's repeats one after another (each with its own seed); each
         finished group of samples is written. Returns the count written. Once `stop` is
-        set no conversation or turn starts; those in flight finish and are written."""
+        set no conversation or turn starts; those in flight finish and are written. After
+        each model, `warn` hears of a cell whose backend seems to have ignored its tools
+        (health.py)."""
         config, mine = self.config, self.shard.questions(self.questions)
         count = 0
         seeds = config.repeat_seeds()
@@ -386,8 +406,11 @@ class Run:
             backend = load_backend(model)
             facts = backend.describe()
             served = backend.served_identity() if on_cell is not None else None
+            first_tokens: dict[str, dict[str, int]] = {}  # cell -> question -> first prompt
+            offered: dict[str, list[dict[str, Any]]] = {}  # cell -> its tools' schemas
             for cell in model_cells:
                 runtime = _runtime(cell, backend, facts, config, self.corpus, self.questions)
+                offered[cell.id] = runtime.toolset.schemas()
                 if on_cell is not None:
                     on_cell(cell, runtime, facts, served)
                 for r, seed in enumerate(seeds):
@@ -400,15 +423,48 @@ class Run:
                     # The engine draws questions as conversations end: a lazy, stoppable list.
                     pending = itertools.takewhile(lambda q: not stop, left)
                     desc = cell.id if len(seeds) == 1 else f"{cell.id} #{r + 1}/{len(seeds)}"
+                    # Samples done and time spent, no estimate: batched conversations end in
+                    # waves, so a rate over the first ones says nothing about the rest.
                     with tqdm(total=len(mine), initial=len(mine) - len(left), desc=desc,
-                              unit="q", dynamic_ncols=True, disable=not progress) as bar:
+                              bar_format=BAR_FORMAT, dynamic_ncols=True,
+                              disable=not progress) as bar:
                         for samples in engine.run(repeat, pending, self.run_id,
                                                   progress=bar.update, stop=lambda: bool(stop)):
-                            self.write([s.to_dict() for s in samples])
+                            records = [s.to_dict() for s in samples]
+                            self.write(records)
                             count += len(samples)
+                            seen = first_tokens.setdefault(cell.id, {})
+                            for qid, tokens in first_turn_tokens(records).items():
+                                seen.setdefault(qid, tokens)
                 if after_cell is not None and not stop:  # the model is still loaded
                     after_cell(runtime)
+            if warn is not None:
+                for problem in _ignored_tools(model_cells, first_tokens, offered):
+                    warn(problem)
         return count
+
+
+BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} samples [{elapsed}]"
+
+
+def _ignored_tools(cells: list[Cell], first_tokens: dict[str, dict[str, int]],
+                   offered: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """health.ignored_tools for each cell of one model that offers tools, against the
+    cell of the same retrieval that offers none, when the run has it."""
+    plain = {_retrieval_key(c): c.id for c in cells if not offered.get(c.id)}
+    out = []
+    for cell in cells:
+        if offered.get(cell.id) and first_tokens.get(cell.id):
+            base = plain.get(_retrieval_key(cell))
+            problem = ignored_tools(cell.id, first_tokens[cell.id], offered[cell.id],
+                                    first_tokens.get(base) if base else None)
+            if problem:
+                out.append(problem)
+    return out
+
+
+def _retrieval_key(cell: Cell) -> str:
+    return json.dumps(cell.retrieval.record(), sort_keys=True)
 
 
 def _now() -> str:

@@ -33,7 +33,7 @@ from typing import Any
 from evalpipe import jsonl
 from evalpipe.errors import DataWarning, EvalpipeError, InputError, StorageError
 from evalpipe.identity import sample_key
-from evalpipe.questions import Question, load_questions
+from evalpipe.questions import Question, parse_question
 
 PACKAGES = ("evalpipe", "torch", "transformers", "datasets", "scikit-learn", "numpy", "gguf",
             "accelerate", "jsonschema")
@@ -215,7 +215,16 @@ class RunStore:
             json.dumps(q.to_dict(), ensure_ascii=False) + "\n" for q in questions))
 
     def questions(self) -> dict[str, Question]:
-        return {q.id: q for q in load_questions(self.path / "questions.jsonl")}
+        """The run's question snapshot, checked record by record (read as plain JSON
+        lines: the file is evalpipe's own, and HF datasets took seconds to load 20,000)."""
+        path = self.path / "questions.jsonl"
+        if not path.is_file():
+            raise InputError("no questions.jsonl in run directory", file=str(self.path))
+        out: dict[str, Question] = {}
+        for line, record in enumerate(jsonl.read(path), start=1):
+            q = parse_question(record, file=str(path), line=line)
+            out[q.id] = q
+        return out
 
     def append_samples(self, samples: Iterable[dict[str, Any]]) -> None:
         """Append whole records and fsync, so a crash never leaves a half-written batch

@@ -151,3 +151,22 @@ def tiny_arithmetic_config(tmp_path: Path, model_dir: Path, **extra) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+# Debian's chromium, driven by Playwright (.ci/setup-browser.sh); never `playwright install`.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def playwright_or_skip():
+    """Playwright's sync_playwright, or a skip that says what is missing."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not installed: run .ci/setup-browser.sh "
+                    "(apt-get install -y chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ModuleNotFoundError:
+        pytest.skip("the playwright package is not installed (pip install playwright)")
+    return sync_playwright

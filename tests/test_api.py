@@ -111,3 +111,23 @@ def test_every_record_carries_the_schema_version_and_old_runs_still_read(finishe
     rescored = evalpipe.score(old)
     assert [s["category"] for s in rescored["samples"]] == [
         s["category"] for s in result.scores["samples"]]
+
+
+def test_run_prints_nothing_unless_the_caller_asks(tmp_path, tiny_model_dir, capfd):
+    """No progress bar (evalpipe's, transformers' "Loading weights"), no log line: output
+    is the caller's choice (echo=, progress=)."""
+    write_jsonl(tmp_path / "q.jsonl", [{"id": "q1", "suite": "arithmetic", "lang": "en",
+                                        "question": "What is 1 plus 2?", "answer": 3}])
+    config = {"name": "quiet", "questions": [str(tmp_path / "q.jsonl")],
+              "models": [{"id": str(tiny_model_dir)}], "toolsets": ["none"],
+              "retrieval": ["none"], "generation": {"max_new_tokens": 2}}
+    capfd.readouterr()
+    evalpipe.run(config, out=tmp_path / "out", use_cache=False)
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+    lines: list[str] = []
+    evalpipe.run(config, out=tmp_path / "out", use_cache=False, echo=lines.append,
+                 progress=True)
+    out, err = capfd.readouterr()
+    assert lines and lines[0].startswith("run ") and out == ""
+    assert "1/1 samples" in err and "Loading weights" not in err

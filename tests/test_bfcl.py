@@ -352,6 +352,18 @@ def test_the_run_table_shows_bfcl_accuracy_per_category():
     row = next(line for line in text.splitlines() if line.startswith("| parallel"))
     assert "25.0% (1/4), valid 100.0% (2/2)" in row and "75.0% (3/4)" in row
     assert "BFCL" not in score_table({"k": 3, "groups": [group("m", "all", 1, 2)]})
+    # scored by evalpipe's own argument rules, the table says it is not the leaderboard's
+    assert "NOT comparable with the BFCL leaderboard" in text
+    assert "NOT comparable" not in score_table({**scores, "match": "bfcl"})
+
+
+def test_the_bfcl_config_scores_by_bfcl_rules():
+    """configs/bfcl.yaml is for leaderboard-comparable numbers: BFCL's argument rules."""
+    from helpers import REPO
+
+    from evalpipe.config import load_config
+
+    assert load_config(REPO / "configs" / "bfcl.yaml").match == "bfcl"
 
 
 def test_a_plan_of_the_questions_own_tool_named_like_a_built_in_is_not_replayed(tmp_path):

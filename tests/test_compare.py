@@ -10,8 +10,6 @@ import pytest
 from click.testing import CliRunner
 from report_fixtures import BASE, MODEL, TOOLS, make_run_a, samples_a, settings_of, write_run
 
-from evalpipe.cli import main
-from evalpipe.questions import Question
 from evalpipe._report.compare import (
     CompareRefused,
     cluster_bootstrap,
@@ -23,6 +21,8 @@ from evalpipe._report.compare import (
     settings_diff,
 )
 from evalpipe._report.load import load_run
+from evalpipe.cli import main
+from evalpipe.questions import Question
 from evalpipe.scoring.synth import call, make_sample
 
 # -- statistics ------------------------------------------------------------------------------
@@ -242,3 +242,13 @@ def test_runs_without_fingerprints_pair_by_cell_id(run_a, tmp_path):
     assert len(cmp.warnings) == 2
     with pytest.raises(CompareRefused):
         compare_runs(load_run(run_a), load_run(b), strict=True)
+
+
+def test_compare_help_prints_95_percent_once():
+    from click.testing import CliRunner
+
+    from evalpipe.cli import main
+
+    res = CliRunner().invoke(main, ["compare", "--help"])
+    assert res.exit_code == 0
+    assert "95% interval" in res.output and "%%" not in res.output

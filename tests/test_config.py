@@ -182,3 +182,18 @@ def test_the_command_line_exits_2_on_a_misspelt_key_before_any_model_loads(tmp_p
     assert result.exit_code == 2
     assert f"{path}:4" in result.output and "did you mean dtype?" in result.output
     assert list(tmp_path.iterdir()) == [path]  # nothing written
+
+
+def test_the_readme_configuration_is_configs_default_yaml():
+    """The README's "Configuration" example was titled `name: default` and differed from
+    configs/default.yaml in five keys; it is now a copy, and this keeps it one."""
+    import re
+
+    import yaml
+    from helpers import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Configuration\n", 1)[1]
+    shown = re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1)
+    assert shown == (REPO / "configs" / "default.yaml").read_text(encoding="utf-8")
+    assert yaml.safe_load(shown)["name"] == "default"

@@ -116,3 +116,36 @@ def test_probe_summary_per_cell():
     assert summary["a"]["decode_tps"]["mean"] == pytest.approx((100 + 200) / 2)
     assert summary["b"]["ttft_ms"]["mean"] == 7.0
     assert decode_rate([_turn(completion_tokens=1, decode_ms=0.0)]) is None
+
+
+def test_a_cached_reply_has_no_times():
+    """A reply from the generation cache: its wall time measured a cache look-up (0.5-3.9
+    ms, below the time to first token of the same row) and its turn times another batch;
+    every time is left out, tokens still count."""
+    cost = sample_cost({"turns": [_turn(cached=True), _turn()], "wall_ms": 1.2})
+    assert cost["cached_turns"] == 1
+    assert cost["prompt_tokens"] == 200 and cost["turns"] == 2
+    assert all(cost[f] is None for f in ("wall_ms", "ttft_ms", "prefill_ms", "decode_ms",
+                                         "prefill_compute_ms"))
+    assert sample_cost({"turns": [_turn()], "wall_ms": 400.0})["cached_turns"] == 0
+
+
+def test_cached_samples_stay_out_of_the_cost_table_and_are_noted(tmp_path):
+    from report_fixtures import BASE, samples_a, write_run
+
+    from evalpipe._report.build import build_report
+    from evalpipe._report.load import load_run
+    from evalpipe._report.render import render_markdown
+
+    samples = samples_a()
+    for s in samples[:3]:  # three baseline samples served from the cache, "timed" at 2 ms
+        assert s["cell_id"] == BASE
+        s["wall_ms"] = 2.0
+        for t in s["turns"]:
+            t["cached"] = True
+    data = build_report(load_run(write_run(tmp_path / "r", samples)))
+    base = next(r for r in data["cost"] if r["cell_id"] == BASE)
+    assert base["cached"] == 3
+    assert base["fields"]["wall_ms"]["mean"] == 100.0 and base["fields"]["wall_ms"]["n"] == 3
+    assert base["fields"]["prompt_tokens"]["n"] == 6
+    assert f"`{BASE}` 3 of 6" in render_markdown(data)

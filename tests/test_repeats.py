@@ -47,7 +47,8 @@ def test_repeat_scores_by_hand():
     assert s["flipping"] == ["q2"]
     means = [1.0, 0.4, 0.0]
     sd2 = float(np.var(means, ddof=1))
-    assert s["noise_floor"] == pytest.approx((Z95 + Z80) * math.sqrt(2 * sd2 / 3))
+    # 115 points by the formula: three questions cannot show any difference
+    assert (Z95 + Z80) * math.sqrt(2 * sd2 / 3) > 1 and s["noise_floor"] == 1.0
 
 
 def test_infra_repeats_are_left_out_and_k_uses_questions_with_enough_repeats():
@@ -190,3 +191,15 @@ def test_tidy_csv_carries_pass_k_flip_rate_and_noise_floor(tmp_path):
     assert rows["pass@2"]["value"] == pytest.approx(1.0)
     assert rows["flip_rate"]["value"] == pytest.approx(0.5) and rows["flip_rate"]["n"] == 2
     assert rows["noise_floor"]["n"] == 2
+
+
+def test_noise_floor_is_at_most_100_points_and_not_zero_without_spread():
+    # three questions, one right: the formula gives more than 1 (it printed 114.4 points)
+    assert (Z95 + Z80) * math.sqrt(2 * np.var([1, 0, 0], ddof=1) / 3) > 1
+    assert detectable_difference([1, 0, 0]) == 1.0
+    # both runs 0% (it printed 0.0): a proportion with one right and one wrong added
+    p = 1 / 18
+    floor = detectable_difference([0.0] * 16, [0.0] * 16)
+    assert floor == pytest.approx((Z95 + Z80) * math.sqrt(2 * p * (1 - p) / 16))
+    assert 0.2 < floor < 0.3
+    assert detectable_difference([1.0] * 16) == pytest.approx(floor)  # all right: by symmetry

@@ -112,7 +112,13 @@ def test_markdown(data):
 
 def test_csv_is_tidy(data):
     rows = list(csv.DictReader(io.StringIO(render_csv(data))))
-    assert list(rows[0]) == ["cell_id", "suite", "metric", "value", "n", "lo", "hi"]
+    assert list(rows[0]) == ["cell_id", "model", "format", "toolset", "retrieval",
+                             "retrieval_method", "suite", "metric", "value", "n", "lo", "hi"]
+    tools = next(r for r in rows if r["cell_id"] == TOOLS)
+    assert (tools["model"], tools["format"], tools["toolset"], tools["retrieval"],
+            tools["retrieval_method"]) == (MODEL, "hermes", "calculator", "prepend", "bm25")
+    base = next(r for r in rows if r["cell_id"] == BASE)
+    assert (base["toolset"], base["retrieval"], base["retrieval_method"]) == ("none", "none", "")
     keys = [(r["cell_id"], r["suite"], r["metric"]) for r in rows]
     assert len(keys) == len(set(keys))  # one row per cell x suite x metric
     by = {k: r for k, r in zip(keys, rows)}
@@ -127,6 +133,10 @@ def test_csv_is_tidy(data):
 def test_json_round_trips(data):
     back = json.loads(render_json(data))
     assert back["accuracy"][0]["metrics"]["exact"]["rate"] == 0.25
+    for table in ("accuracy", "categories", "cost"):  # the facets beside every cell id
+        row = next(r for r in back[table] if r["cell_id"] == TOOLS)
+        assert (row["model"], row["format"], row["toolset"], row["retrieval_mode"],
+                row["retrieval_method"]) == (MODEL, "hermes", "calculator", "prepend", "bm25")
     assert set(back) >= {"run_id", "k", "suites", "cells", "accuracy", "categories", "cost"}
 
 
@@ -192,10 +202,51 @@ def test_plots_are_png(data, tmp_path):
     from evalpipe._report.plots import write_plots
 
     paths = write_plots(data, tmp_path)
-    assert sorted(p.name for p in paths) == ["accuracy_vs_cost.png", "accuracy_vs_size.png",
-                                             "categories.png"]
+    # one model: no accuracy-against-size plot (one size is no curve)
+    assert sorted(p.name for p in paths) == ["accuracy_vs_cost.png", "categories.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _figures(monkeypatch):
+    """The matplotlib figures the plot functions draw, kept instead of closed."""
+    from evalpipe._report import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "_png", lambda fig: drawn.append(fig) or b"png")
+    return drawn
+
+
+def test_size_plot_needs_two_model_sizes(data, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from evalpipe._report.plots import accuracy_vs_size
+
+    assert accuracy_vs_size(data) is None
+    two = {**data, "cells": [{**c, "parameters": 135e6 if i == 0 else 1.7e9}
+                             for i, c in enumerate(data["cells"])]}
+    drawn = _figures(monkeypatch)
+    assert accuracy_vs_size(two) == b"png"
+    labels = [t.get_text() for t in drawn[0].axes[0].get_xticklabels()]
+    assert labels == ["135M", "1.7B"]
+
+
+def test_cost_axis_says_under_load_and_log_ticks_are_readable(data, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from evalpipe._report.plots import accuracy_vs_cost
+
+    # SmolLM at ~1 s per sample, a large model at ~24 s: a log axis over 10x
+    cost = [{**r, "fields": {**r["fields"], "wall_ms": {"mean": wall}}}
+            for r, wall in zip(data["cost"], (1_000.0, 24_000.0))]
+    drawn = _figures(monkeypatch)
+    accuracy_vs_cost({**data, "cost": cost})
+    wall_axis = drawn[0].axes[1]
+    assert "under load" in wall_axis.get_xlabel()
+    assert wall_axis.get_xscale() == "log"
+    drawn[0].canvas.draw()
+    lo, hi = wall_axis.get_xlim()
+    shown = [t.get_text() for t in wall_axis.get_xticklabels()
+             if lo <= t.get_position()[0] <= hi and t.get_text()]
+    assert len(shown) >= 3 and {"1k", "2k", "5k", "10k", "20k"} >= set(shown), shown
 
 
 def test_score_table_reads_nested_rates(run_dir):

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from evalpipe.errors import InputError
 from evalpipe._report.load import RunData
+from evalpipe.errors import InputError
 from evalpipe.scoring.stats import Z80, Z95, cluster_bootstrap, detectable_difference
 
 METRICS = ("exact", "format_valid", "plan_exact", "recall@k")
@@ -418,6 +418,28 @@ def _not_compared(a: RunData, b: RunData, matches: list[tuple[str, str, str]],
     return reasons
 
 
+def cost_changes(cmp: Comparison, a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per matched cell, each cost field's mean in A and in B and their ratio B / A, from
+    the two runs' report data (build.build_report). Means only: costs are not gated."""
+    from evalpipe._report.build import COST_FIELDS
+
+    cost_a = {r["cell_id"]: r["fields"] for r in a["cost"]}
+    cost_b = {r["cell_id"]: r["fields"] for r in b["cost"]}
+    out = []
+    for cc in cmp.cells:
+        fa, fb = cost_a.get(cc.a_cell) or {}, cost_b.get(cc.b_cell) or {}
+        rows = []
+        for name, label in COST_FIELDS:
+            ma = (fa.get(name) or {}).get("mean")
+            mb = (fb.get(name) or {}).get("mean")
+            if ma is None and mb is None:
+                continue
+            rows.append({"field": name, "label": label, "a": ma, "b": mb,
+                         "ratio": mb / ma if ma and mb is not None else None})
+        out.append({"a_cell": cc.a_cell, "b_cell": cc.b_cell, "fields": rows})
+    return out
+
+
 # -- rendering ---------------------------------------------------------------------------------
 
 def _pct(x: float | None, signed: bool = False, scale: float = 100.0) -> str:
@@ -438,7 +460,7 @@ def _p(m: MetricDiff) -> str:
     return "-" if m.p_mcnemar is None else f"{m.p_mcnemar:.3g}"
 
 
-def _metric_rows(cc: CellComparison, k: int) -> list[list[str]]:
+def metric_rows(cc: CellComparison, k: int) -> list[list[str]]:
     rows = []
     named = []
     for m in cc.metrics:
@@ -487,7 +509,7 @@ def render_text(cmp: Comparison) -> str:
         out.append("")
         out.append(f"== {title}  [{cc.matched_by}; {cc.n_pairs} pairs"
                    + (f", {cc.n_infra} infra left out" if cc.n_infra else "") + "]")
-        rows = _metric_rows(cc, cmp.k)
+        rows = metric_rows(cc, cmp.k)
         widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
         for r in [HEADER, *rows]:
             out.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
@@ -498,11 +520,11 @@ def render_text(cmp: Comparison) -> str:
             for f, t, n in cc.category_moves:
                 out.append(f"    {f} -> {t}: {n}")
     out.append("")
-    out.append(_summary_line(cmp))
+    out.append(summary_line(cmp))
     return "\n".join(out) + "\n"
 
 
-def _summary_line(cmp: Comparison) -> str:
+def summary_line(cmp: Comparison) -> str:
     regs = cmp.regressions
     if cmp.not_compared:
         return "verdict: NOT COMPARED: " + "; ".join(cmp.not_compared)
@@ -522,7 +544,7 @@ def render_markdown(cmp: Comparison) -> str:
     regs = cmp.regressions
     icon = ":warning:" if cmp.not_compared else ":x:" if regs else ":white_check_mark:"
     out = [f"## evalpipe compare: `{cmp.run_a}` -> `{cmp.run_b}`\n",
-           f"{icon} **{_summary_line(cmp).removeprefix('verdict: ')}**\n",
+           f"{icon} **{summary_line(cmp).removeprefix('verdict: ')}**\n",
            (f"Paired over {cmp.questions_shared} shared questions. Differences are B - A in "
             f"percentage points with a paired bootstrap 95% interval ({cmp.resamples} "
             f"resamples, seed {cmp.seed}); McNemar's exact test for binary metrics. A metric "
@@ -536,7 +558,7 @@ def render_markdown(cmp: Comparison) -> str:
         title = cc.b_cell if cc.a_cell == cc.b_cell else f"{cc.a_cell} -> {cc.b_cell}"
         out.append(f"### `{title}` ({cc.matched_by}, {cc.n_pairs} pairs)\n")
         out.append(markdown_table(HEADER, [[esc(c) for c in r] for r in
-                                           _metric_rows(cc, cmp.k)]))
+                                           metric_rows(cc, cmp.k)]))
         if cc.right_to_wrong or cc.wrong_to_right or cc.category_moves:
             out.append("<details><summary>flips and category moves</summary>\n")
             out.append(f"- right -> wrong ({len(cc.right_to_wrong)}): "

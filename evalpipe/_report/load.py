@@ -99,6 +99,28 @@ def score_in_memory(manifest: dict[str, Any], questions: dict[str, Question],
     return score_records(manifest, questions, samples, k=k, judgements=judgements)
 
 
+# -- facts about a run ------------------------------------------------------------------------
+
+def run_facts(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What a reader wants first about a run, from its manifest alone: config name and
+    file, models, start and end, git commit, status (and error), and the warnings the
+    run recorded (e.g. a server that ignored the tools)."""
+    config = manifest.get("config") or {}
+    models = [m.get("id") if isinstance(m, dict) else m for m in config.get("models") or []]
+    for info in (manifest.get("cells") or {}).values():
+        model = (info.get("settings") or {}).get("model")
+        model_id = model.get("id") if isinstance(model, dict) else model
+        if model_id and model_id not in models:
+            models.append(model_id)
+    return {"run_id": manifest.get("run_id"), "config_name": config.get("name"),
+            "config_source": manifest.get("config_source"), "models": models,
+            "started": manifest.get("started"),
+            "finished": manifest.get("finished") or manifest.get("ended"),
+            "commit": manifest.get("git_commit"), "status": run_status(manifest),
+            "error": manifest.get("error"), "match": config.get("match"),
+            "warnings": list(manifest.get("warnings") or [])}
+
+
 # -- facts about cells -------------------------------------------------------------------------
 
 def cell_facets(run: RunData, cell_id: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from evalpipe.backends.base import (
 from evalpipe.backends.local import allocator, batching
 from evalpipe.backends.local.cpu import AUTO, resolve_dtype
 from evalpipe.backends.local.cpu import DTYPES as DTYPE_NAMES
-from evalpipe.backends.models import ALIASES, resolve_model
+from evalpipe.backends.models import ALIASES, quiet_loading, resolve_model
 from evalpipe.backends.weights import folder_digest
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.records import Generation
@@ -95,8 +95,9 @@ class TransformersBackend(Backend):
         self.model_id, self.dtype, self.device = model_id, dtype, device
         self.path = resolve_model(model_id)
         try:
-            self.tokenizer, self.plain_template = load_tokenizer(self.path)
-            self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=DTYPES[dtype])
+            with quiet_loading():
+                self.tokenizer, self.plain_template = load_tokenizer(self.path)
+                self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=DTYPES[dtype])
         except OSError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelUnavailableError(

@@ -10,16 +10,32 @@ from evalpipe.cli.common import echo, handle_errors
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--corpus", default="datasets/site", show_default=True,
-              type=click.Path(file_okay=False), help="Corpus the gold passages point into.")
+@click.argument("paths", nargs=-1, type=click.Path(exists=True))
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
+              help="A run config: its custom tools count as known tools (gold plans may "
+                   "call them, and they are run to check the plans), and without PATHS its "
+                   "question files and corpus are checked.")
+@click.option("--corpus", type=click.Path(file_okay=False),
+              help="Corpus the gold passages point into [default: the config's corpus, "
+                   "else datasets/site].")
 @handle_errors
-def validate(paths, corpus):
+def validate(paths, config_path, corpus):
     """Check question files or folders: schema, ids, tools, plans, gold spans."""
     from evalpipe import api
     from evalpipe._validate import gold_warnings_paths
+    from evalpipe.errors import InputError
 
-    errors = api.validate(paths, corpus=corpus)
+    custom_tools = []
+    if config_path:
+        config = api.load(config_path)
+        custom_tools = config.custom_tools
+        paths = paths or tuple(config.questions)
+        corpus = corpus or config.corpus
+    if not paths:
+        raise InputError("nothing to check", field="PATHS",
+                         expected="question files or folders, or --config with questions")
+    corpus = corpus or "datasets/site"
+    errors = api.validate(paths, corpus=corpus, custom_tools=custom_tools)
     for line in errors:
         echo(line, err=True)
     if errors:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
+from evalpipe._report import REPORT_FORMATS as FORMATS
 from evalpipe.cli.common import echo, handle_errors, write_output
 from evalpipe.errors import NotCompared, RegressionFound
-from evalpipe._report import REPORT_FORMATS as FORMATS
 
 
 @click.command()
@@ -49,7 +49,7 @@ def report(run_dir, fmt, out, plots_dir, standalone, max_samples, allow_partial)
 @click.option("--threshold", type=click.FloatRange(min=0.0, max=1.0), default=0.02,
               show_default=True,
               help="Smallest drop (as a fraction: 0.02 = 2 points) that counts as a regression; "
-                   "the paired 95%% interval must also lie entirely below zero.")
+                   "the paired 95% interval must also lie entirely below zero.")
 @click.option("--format", "fmt", type=click.Choice(("text", "md", "json")), default="text",
               show_default=True, help="text for a CI log, md for a PR comment, json.")
 @click.option("--strict", is_flag=True,

@@ -25,14 +25,14 @@ def retrieve(config_path, methods, k, question_paths, as_json):
     from evalpipe.config import load_config
     from evalpipe.corpus import chunk_corpus, load_corpus
     from evalpipe.errors import InputError
-    from evalpipe.questions import load_questions, question_files
+    from evalpipe.questions import load_questions, question_sources
     from evalpipe.retrieval import resolve_settings
     from evalpipe.retrieval.evaluate import evaluate_retrievers, format_table
 
     config = load_config(config_path)
     if not config.corpus:
         raise InputError("the config names no corpus", file=config.source, field="corpus")
-    paths = question_files(question_paths or config.questions)
+    paths = question_sources(question_paths or config.questions)
     questions = [q for p in paths for q in load_questions(p)]
     settings = [{"method": m} for m in methods] or [
         {key: v for key, v in r.record().items() if key not in ("mode", "k")}

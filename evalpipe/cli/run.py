@@ -58,6 +58,7 @@ def run(config_path, limit, out_root, models, suites, dtype, sets, resume_dir, r
         return
     result = api.run(None if resume_dir else config_path, out=out_root, resume=resume_dir,
                      use_cache=not no_cache, retry_infra=retry_infra, echo=echo,
+                     progress=True,
                      limit=limit,
                      models=split(models), suites=split(suites), dtype=dtype, sets=sets)
     if result.helper_rank:  # rank 0 merges, scores and prints the table

@@ -1,6 +1,6 @@
 """Failure categories: one primary category per sample, the first that applies.
 
-The ladder (DESIGN.md, "Failure categories"):
+The ladder (docs/scoring.md, "Failure categories"):
 
  1. infra_error          the backend or the harness failed (stop_reason infra_error,
                          a sample error, or a generation that finished with "error")
