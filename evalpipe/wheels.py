@@ -154,11 +154,8 @@ def chunks(wheels: list[Path], pattern: str) -> list[Chunk]:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        while block := f.read(BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def mismatch(what: str, path: Path, expected: tuple[int | None, str | None],
