@@ -20,7 +20,8 @@ from evalpipe.backends.base import Backend, GenerationSession, GenerationSetting
 from evalpipe.paths import cache_dir
 from evalpipe.records import Generation, ToolCall
 
-MACHINE_FACTS = ("path", "linear_kernel")  # describe() facts that are not the model's identity
+# describe() facts that are not the model's identity: where it sits, how this machine runs it
+MACHINE_FACTS = ("path", "linear_kernel", "engine")
 
 BUSY_TIMEOUT_S = 60.0
 _SCHEMA = """CREATE TABLE IF NOT EXISTS generations (

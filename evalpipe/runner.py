@@ -89,8 +89,11 @@ class Corpus:
 def fingerprint(cell: Cell, backend_facts: dict, toolset_schemas: list, config: RunConfig,
                 corpus: Corpus | None, questions: list[Question]) -> str:
     """A hash of everything that decides a cell's outputs."""
+    # How this machine runs the model (the engine's path and kernels) decides no output; the
+    # older machine facts stay in, so the cells of runs made before them keep their fingerprint.
+    model = {k: v for k, v in backend_facts.items() if k != "engine"}
     return stable_hash({
-        "model": backend_facts, "format": cell.format, "toolset": cell.toolset,
+        "model": model, "format": cell.format, "toolset": cell.toolset,
         "tools": toolset_schemas, "retrieval": cell.retrieval,
         "corpus": corpus.version if corpus and cell.retrieval["mode"] != "none" else None,
         "chunking": config.chunking if cell.retrieval["mode"] != "none" else None,

@@ -18,6 +18,10 @@ REPO = Path(__file__).resolve().parents[1]
 needs_compiler = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                     reason="no C compiler on this machine: the kernel is not built")
 
+# Every vector width simd.h has: x86-64-v2 builds its 4-lane path (SSE), v3 its 8-lane
+# one (AVX2), v4 its 16-lane one (AVX-512); native is the default build.
+VECTOR_WIDTHS = {"native": None, "x86-64-v2": 4, "x86-64-v3": 8, "x86-64-v4": 16}
+
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import greedy_reference as reference
 
-from evalpipe.backends.local import own_attention, prefill_attention
+from evalpipe.backends.local import prefill_attention
 from evalpipe.backends.local.batching import BatchGenerator, PrefixStore
 
 pytestmark = helpers.needs_compiler
@@ -52,7 +52,8 @@ def _cache(b, kv_heads, s_len, dim, spare=7):
     (4, 6, 2, 16, 33, 97, 64),     # query and key blocks that do not divide the chunk
     (2, 8, 2, 128, 40, 40, 30),    # a head size of two value passes
     (5, 9, 3, 64, 2, 20, 3)])      # two query tokens
-def test_kernel_equals_plain_attention(rows, heads, kv_heads, dim, q_len, s_len, p_len):
+def test_kernel_equals_plain_attention(rows, heads, kv_heads, dim, q_len, s_len, p_len,
+                                        vector_width):
     torch.manual_seed(rows * 100 + q_len)
     query = torch.randn(rows, q_len, heads, dim).transpose(1, 2)  # strided, as the layer's
     key, value = _cache(rows, kv_heads, s_len, dim), _cache(rows, kv_heads, s_len, dim)
@@ -88,8 +89,8 @@ def test_shapes_the_kernel_does_not_take():
     assert not prefill_attention.takes(torch.randn(1, 2, 1, 16), key, key)  # decode: other kernel
     assert not prefill_attention.takes(torch.randn(1, 2, 8, 16).bfloat16(), key.bfloat16(),
                                        key.bfloat16())
-    assert not prefill_attention.takes(torch.randn(1, 2, 8, 24), torch.randn(1, 2, 80, 24),
-                                       torch.randn(1, 2, 80, 24))  # not whole vectors
+    assert not prefill_attention.takes(torch.randn(1, 2, 8, 18), torch.randn(1, 2, 80, 18),
+                                       torch.randn(1, 2, 80, 18))  # not whole vectors
     with pytest.raises(TypeError, match="bool"):
         prefill_attention.attend(torch.randn(1, 2, 8, 16), key, key, torch.ones(1, 80),
                                  None, torch.tensor([False]), 0.25)
@@ -124,15 +125,11 @@ def test_long_prompts_equal_generate(monkeypatch):
 @pytest.mark.usefixtures("one_torch_thread")
 def test_without_the_kernel_the_model_attention_gives_the_same_replies(monkeypatch):
     monkeypatch.setenv("EVALPIPE_NATIVE_KERNELS", "0")
-    own_attention.kernel.cache_clear()
-    try:
-        model = helpers.tiny_llama()
-        prompts = _long_prompts()[:3]
-        refs = [reference(model, p, 8, -1) for p in prompts]
-        gen = BatchGenerator(model, [-1], 0, PrefixStore())
-        chunk = torch.randn(1, 2, 8, 16)
-        assert not prefill_attention.takes(chunk, chunk, chunk)
-        rows = gen.generate(prompts, max_new_tokens=8, batch_size=3, prefix_reuse=True)
-        assert [r.tokens for r in rows] == refs
-    finally:
-        own_attention.kernel.cache_clear()
+    model = helpers.tiny_llama()
+    prompts = _long_prompts()[:3]
+    refs = [reference(model, p, 8, -1) for p in prompts]
+    gen = BatchGenerator(model, [-1], 0, PrefixStore())
+    chunk = torch.randn(1, 2, 8, 16)
+    assert not prefill_attention.takes(chunk, chunk, chunk)
+    rows = gen.generate(prompts, max_new_tokens=8, batch_size=3, prefix_reuse=True)
+    assert [r.tokens for r in rows] == refs

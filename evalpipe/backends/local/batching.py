@@ -99,15 +99,25 @@ def _cache_classes():
     return Cache, DynamicLayer
 
 
-def supported(model) -> bool:
-    """True when every attention layer of the model keeps a plain, full cache."""
+def unsupported(model) -> str | None:
+    """Why the loop cannot run `model`, or None when every attention layer of it keeps a
+    plain, full cache."""
     try:
         from transformers.cache_utils import get_layer_types_and_kwargs
 
         types, _ = get_layer_types_and_kwargs(model.config.get_text_config(decoder=True))
-    except Exception:  # noqa: BLE001 - an older or unusual config: take the safe path
-        return False
-    return bool(types) and all(t == "full_attention" for t in types)
+    except Exception as exc:  # noqa: BLE001 - an older or unusual config: take the safe path
+        return f"its config gives no attention layer types ({type(exc).__name__})"
+    others = sorted(set(types) - {"full_attention"})
+    if not types or others:
+        return (f"its cache has {' and '.join(others) or 'no'} layers; the batching loop "
+                "keeps full-attention caches only")
+    return None
+
+
+def supported(model) -> bool:
+    """True when every attention layer of the model keeps a plain, full cache."""
+    return unsupported(model) is None
 
 
 def _make_layer_class():

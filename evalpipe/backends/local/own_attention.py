@@ -19,52 +19,54 @@ keeps torch's products (prefix_attention.py); nothing else changes.
 from __future__ import annotations
 
 import ctypes
-from functools import lru_cache
-from pathlib import Path
+import functools
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from evalpipe.backends.local import native
 
-SOURCE = Path(__file__).parent / "kernels" / "own_attention.c"
-_i64, _ptr = ctypes.c_int64, ctypes.c_void_p
+SOURCE = native.KERNELS / "own_attention.c"
 
 
-@lru_cache(maxsize=1)
 def kernel() -> ctypes.CDLL | None:
     """The built kernel library, or None where it cannot be had (see the module doc)."""
-    lib = native.build(SOURCE)
-    if lib is None:
-        return None
-    lib.decode_attention.argtypes = [_ptr] * 8 + [_i64] * 12 + [ctypes.c_float, ctypes.c_int]
-    lib.decode_attention.restype = ctypes.c_int
-    lib.prefill_attention.argtypes = [_ptr] * 8 + [_i64] * 15 + [ctypes.c_float, ctypes.c_int]
-    lib.prefill_attention.restype = ctypes.c_int
-    return lib
+    return native.load(SOURCE)
+
+
+@functools.cache
+def _constants(lib: ctypes.CDLL) -> tuple[int, int]:
+    """The build's (head-size multiple, prefix block): see own_attention.c."""
+    return int(lib.dim_multiple()), int(lib.prefix_block())
+
+
+def takes_heads(lib: ctypes.CDLL | None, dim: int) -> bool:
+    """A built kernel that takes heads of `dim` (whole vectors of its width)."""
+    return lib is not None and dim % _constants(lib)[0] == 0
 
 
 def usable(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
     """True when the kernel can take this call: float32 CPU tensors, one query token,
-    a head dimension of whole vectors (a multiple of 16) with unit stride, keys and values
-    laid out alike (one set of strides serves both), and a built kernel."""
-    return (query.shape[2] == 1 and query.device.type == "cpu" and query.shape[-1] % 16 == 0
+    a head size of whole vectors with unit stride, keys and values laid out alike (one
+    set of strides serves both), and a built kernel."""
+    return (query.shape[2] == 1 and query.device.type == "cpu"
             and all(t.dtype == torch.float32 and t.stride(-1) == 1 for t in (query, key, value))
-            and key.stride() == value.stride() and kernel() is not None)
+            and key.stride() == value.stride() and takes_heads(kernel(), query.shape[-1]))
 
 
 # The prefix's keys transposed to [heads, dim, positions] (padded to whole blocks), made
 # once per stored prefix and layer: a prefix serves every decode step of its cell.
 _transposed: WeakIdKeyDictionary = WeakIdKeyDictionary()
-BLOCK = 32  # prefix positions per score block: BLOCK in own_attention.c, which needs it
 
 
-def transposed_keys(pk: torch.Tensor) -> torch.Tensor:
-    """pk [1, KVH, P, D] as [KVH, D, P rounded up to BLOCK], zero padded (cached)."""
+def transposed_keys(pk: torch.Tensor, lib: ctypes.CDLL) -> torch.Tensor:
+    """pk [1, KVH, P, D] as [KVH, D, P rounded up to the kernel's block], zero padded
+    (cached)."""
     kt = _transposed.get(pk)
     if kt is None:
         _, kvh, p_len, dim = pk.shape
-        kt = torch.zeros(kvh, dim, -(-p_len // BLOCK) * BLOCK, dtype=torch.float32)
+        block = _constants(lib)[1]
+        kt = torch.zeros(kvh, dim, -(-p_len // block) * block, dtype=torch.float32)
         kt[:, :, :p_len] = pk[0].transpose(-1, -2)
         _transposed[pk] = kt
     return kt
@@ -89,7 +91,7 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     q, mask, rows = query.contiguous(), mask.contiguous(), prefix_rows.contiguous()
     if prefix is not None:
         pk, pv = prefix
-        kt, pv = transposed_keys(pk), (pv if pv.stride(-1) == 1 else pv.contiguous())
+        kt, pv = transposed_keys(pk, lib), (pv if pv.stride(-1) == 1 else pv.contiguous())
         p_len, p_pad, p_ptr, pv_ptr = pk.shape[2], kt.shape[2], kt.data_ptr(), pv.data_ptr()
         phs, pps = pv.stride(1), pv.stride(2)
     else:

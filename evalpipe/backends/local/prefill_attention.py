@@ -27,12 +27,12 @@ MIN_QUERIES = 2  # query tokens per row from which the kernel takes a chunk (1: 
 
 def takes(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
     """True for float32 CPU chunks of at least MIN_QUERIES query tokens whose head size
-    is a multiple of 16 with unit stride, keys and values laid out alike, and a built
+    is whole vectors with unit stride, keys and values laid out alike, and a built
     kernel."""
     return (query.shape[2] >= MIN_QUERIES and query.device.type == "cpu"
-            and query.shape[-1] % 16 == 0
             and all(t.dtype == torch.float32 and t.stride(-1) == 1 for t in (query, key, value))
-            and key.stride() == value.stride() and own_attention.kernel() is not None)
+            and key.stride() == value.stride()
+            and own_attention.takes_heads(own_attention.kernel(), query.shape[-1]))
 
 
 def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,

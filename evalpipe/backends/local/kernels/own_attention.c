@@ -32,6 +32,12 @@ typedef float quad __attribute__((vector_size(16)));
 #define MAXV 4   /* value vectors of dim held per group (with AVX2's 16 registers, 2 and 3
                   * were no faster) */
 
+/* What callers must know of this build (own_attention.py reads them): the multiple of
+ * BLOCK the transposed prefix keys are padded to, and the multiple of which a head's
+ * size must be (whole vectors along dim). */
+int prefix_block(void) { return BLOCK; }
+int dim_multiple(void) { return LANES; }
+
 typedef struct {
     const float *q, *pkt, *pv, *k, *v;
     const uint8_t *prow, *mask;
