@@ -85,6 +85,28 @@ def tiny_llama(*, hidden_size: int = 64, intermediate_size: int = 128, heads: in
     return LlamaForCausalLM(config).eval()
 
 
+def tiny_qwen2(*, tied: bool = True, heads: int = 7, kv_heads: int = 1, head_dim: int = 64,
+               eos: int = 2):
+    """A 2-layer Qwen2 with random weights (seed 0), q/k/v biases and a 96-token
+    vocabulary: seven query heads per key head as in Qwen2.5-0.5B, a head size the rotary
+    kernel takes, and its output layer tied to the embedding or not (the 0.5B's is not)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=96, hidden_size=heads * head_dim, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, max_position_embeddings=1024,
+                         bos_token_id=1, eos_token_id=eos, pad_token_id=0,
+                         tie_word_embeddings=tied)
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():  # biases large enough that a product without them shows
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0.0, 0.5)
+    return model
+
+
 def greedy_reference(model, prompt: list[int], n: int, eos: int) -> list[int]:
     """Greedy `model.generate` on one unpadded prompt: the ground truth the engine's
     batching must reproduce token for token."""

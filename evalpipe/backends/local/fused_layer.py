@@ -12,9 +12,10 @@ queries and keys in one pass and writes keys and values straight into the cache
 (bitwise the same as the model's own). Everything else (the attention function,
 the residuals) is the model's.
 
-Llama's layout is fused (SmolLM2 among them): full-attention layers with a
-SiLU-gated MLP, RMS norms and no biases. `why_not` says why any other layer
-keeps its seven linears.
+Two layouts are fused, both full-attention layers with a SiLU-gated MLP and RMS
+norms: Llama's (SmolLM2 among them) and Qwen2's, whose q, k and v projections
+carry biases (added to the fused product's outputs). `why_not` says why any
+other layer keeps its seven linears.
 
 The fused forward runs only while its `PackedLinears` is on (inside the
 engine's own forward calls) and with at least `MIN_ROWS` tokens of its kernel; otherwise
@@ -37,8 +38,10 @@ import torch.nn.functional as F
 from evalpipe.backends.local import rotary
 
 # transformers modules whose decoder layers have the fused layout, with the names of
-# their layer, attention, MLP and norm classes.
-MODULES = {"llama": ("transformers.models.llama.modeling_llama", "Llama")}
+# their layer, attention, MLP and norm classes. Qwen2's attention differs from Llama's
+# only by its q/k/v biases and an optional sliding window (declined below).
+MODULES = {"llama": ("transformers.models.llama.modeling_llama", "Llama"),
+           "qwen2": ("transformers.models.qwen2.modeling_qwen2", "Qwen2")}
 
 
 @cache
@@ -57,7 +60,7 @@ def why_not(layer) -> str | None:
     """Why `layer` keeps its own projections, or None where `fuse` takes it."""
     layout = _layouts().get(type(layer))
     if layout is None:
-        return f"{type(layer).__name__} is not a Llama decoder layer"
+        return f"{type(layer).__name__} is not a Llama or Qwen2 decoder layer"
     attention, mlp_class, norm, _ = layout
     attn, mlp = layer.self_attn, layer.mlp
     if type(attn) is not attention or type(mlp) is not mlp_class or not all(
@@ -67,8 +70,8 @@ def why_not(layer) -> str | None:
         return "its MLP's activation is not SiLU"
     if mlp.gate_proj.bias is not None or mlp.up_proj.bias is not None:
         return "its MLP's gate and up projections have biases"
-    if any(m.bias is not None for m in (attn.q_proj, attn.k_proj, attn.v_proj)):
-        return "its q, k and v projections have biases"
+    if len({m.bias is None for m in (attn.q_proj, attn.k_proj, attn.v_proj)}) > 1:
+        return "only some of its q, k and v projections have biases"
     if getattr(attn, "sliding_window", None) is not None:
         return "its attention has a sliding window"
     return None
@@ -92,7 +95,9 @@ def fuse(layer, pack: Callable[[torch.Tensor], Any],
     heads = attn.q_proj.out_features // attn.head_dim
     kv_heads = attn.k_proj.out_features // attn.head_dim
     dim = attn.head_dim
-    qkv = pack(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach())
+    projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+    qkv = pack(torch.cat([m.weight for m in projections]).detach())
+    bias = None if attn.q_proj.bias is None else torch.cat([m.bias for m in projections]).detach()
     gate_up = pack_gated(mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach())
     norm_in, norm_post = layer.input_layernorm, layer.post_attention_layernorm
     stock = layer.forward
@@ -108,6 +113,8 @@ def fuse(layer, pack: Callable[[torch.Tensor], Any],
         b, t, width = hidden_states.shape
         h = F.rms_norm(hidden_states, (width,), norm_in.weight, norm_in.variance_epsilon)
         y = matmul(h, qkv)
+        if bias is not None:
+            y += bias
         layer_cache = cache.layers[attn.layer_idx] \
             if cache is not None and len(cache.layers) > attn.layer_idx else None
         query = rotary.rotate_into(y, *position_embeddings, heads, kv_heads, dim, layer_cache)
