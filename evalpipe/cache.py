@@ -141,7 +141,7 @@ class _CachedSession(GenerationSession):
     def pending(self) -> int:
         return len(self.ready) + self.inner.pending
 
-    def submit(self, key, prompt: str) -> None:
+    def submit(self, key, prompt: str, group=None) -> None:
         cache_key = self.cache.key(self.model_key, prompt, self.settings)
         found = self.cache._get_many([cache_key])
         if cache_key in found:
@@ -150,7 +150,7 @@ class _CachedSession(GenerationSession):
         else:
             self.cache.misses += 1
             self.keys[key] = cache_key
-            self.inner.submit(key, prompt)
+            self.inner.submit(key, prompt, group=group)
 
     def poll(self):
         if self.ready:

@@ -29,7 +29,7 @@ from evalpipe.identity import sample_key
 from evalpipe.probe import probe_questions, run_probe
 from evalpipe.questions import Question, load_questions, question_files
 from evalpipe.records import SCHEMA_VERSION
-from evalpipe.store import RunStore, git_commit, machine, new_run_id, package_versions
+from evalpipe.store import RunStore, git_commit, machine, new_run_id, package_versions, storage
 from evalpipe.tools import ToolLimits, build_toolset
 from evalpipe.tools.builtin import search_site_tool
 
@@ -326,6 +326,9 @@ class Run:
                                           cell_order=[c.id for c in self.cells])
             parallel.forget_run_id(self.out_root, self.config.hash())
             self.echo(f"merged {self.world} parts: {merged} samples")
+        else:  # the cells of a model ran together: their samples in the grid's order
+            with storage(store.samples_path):
+                parallel.merge_parts(store.path, 1, cell_order=[c.id for c in self.cells])
         if self.retry_infra:
             retried = store.fold_retries()
             still = len(self._infra_samples()[0])
@@ -384,9 +387,11 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
                after_cell: Callable[[CellRuntime], None] | None = None,
                progress: bool = False, stop: _StopFlag | None = None) -> int:
     """Generate every (cell, question, repeat) of `mine` not yet `done`, one model loaded
-    at a time, a cell's repeats one after another (each with its own seed); each finished
-    group of samples goes to `write`. Returns the count written. Once `stop` is set no
-    conversation starts; those in flight finish and are written."""
+    at a time, the repeats one after another (each with its own seed); the cells of a
+    model share one generation session, so every decode step serves all their rows. Each
+    finished group of samples goes to `write` (the cells' samples interleaved, each cell's
+    in question order). Returns the count written. Once `stop` is set no conversation
+    starts; those in flight finish and are written."""
     count = 0
     seeds = config.repeat_seeds()
     for model in config.models:
@@ -397,26 +402,30 @@ def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engi
             continue
         backend = load_backend(model)
         facts = backend.describe()
-        for cell in model_cells:
-            runtime = _runtime(cell, backend, facts, config, corpus, questions)
+        runtimes = [_runtime(cell, backend, facts, config, corpus, questions)
+                    for cell in model_cells]
+        for cell, runtime in zip(model_cells, runtimes):
             if on_cell is not None:
                 on_cell(cell, runtime, facts)
-            for r, seed in enumerate(seeds):
-                left = todo[(cell.id, r)]
-                if not left or stop:
-                    continue
-                # A repeat differs from the first only in its seed (and its number).
-                repeat = dataclasses.replace(runtime, repeat=r, generation=dataclasses.replace(
-                    runtime.generation, seed=seed))
-                # The engine draws questions as conversations end: a lazy, stoppable list.
-                pending = itertools.takewhile(lambda q: not stop, left)
-                desc = cell.id if len(seeds) == 1 else f"{cell.id} #{r + 1}/{len(seeds)}"
-                with tqdm(total=len(mine), initial=len(mine) - len(left), desc=desc,
-                          unit="q", dynamic_ncols=True, disable=not progress) as bar:
-                    for samples in engine.run(repeat, pending, run_id, progress=bar.update):
-                        write([s.to_dict() for s in samples])
-                        count += len(samples)
-            if after_cell is not None and not stop:  # the model is still loaded
+        for r, seed in enumerate(seeds):
+            # A repeat differs from the first only in its seed (and its number). The engine
+            # draws questions as conversations end: lazy, stoppable lists.
+            jobs = [(dataclasses.replace(runtime, repeat=r, generation=dataclasses.replace(
+                runtime.generation, seed=seed)), itertools.takewhile(lambda q: not stop, left))
+                for runtime in runtimes if (left := todo[(runtime.cell_id, r)])]
+            if not jobs or stop:
+                continue
+            total = len(mine) * len(model_cells)
+            desc = f"{model['id']} ({len(model_cells)} cells)" + (
+                f" #{r + 1}/{len(seeds)}" if len(seeds) > 1 else "")
+            with tqdm(total=total, initial=total - sum(len(todo[(rt.cell_id, r)])
+                                                       for rt in runtimes),
+                      desc=desc, unit="q", dynamic_ncols=True, disable=not progress) as bar:
+                for samples in engine.run_cells(jobs, run_id, progress=bar.update):
+                    write([s.to_dict() for s in samples])
+                    count += len(samples)
+        if after_cell is not None and not stop:  # the model is still loaded
+            for runtime in runtimes:
                 after_cell(runtime)
     return count
 

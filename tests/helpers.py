@@ -107,6 +107,35 @@ def tiny_qwen2(*, tied: bool = True, heads: int = 7, kv_heads: int = 1, head_dim
     return model
 
 
+def two_prefixes(rows: int, kv_heads: int, dim: int, p_len: int):
+    """Two prefixes stored one after another, as a batch holding the rows of two cells
+    keeps them: the first `p_len` positions, the second (shorter) from the next multiple
+    of 32, zeros between; row i on the first (i % 3 == 0), on none (1) or on the second
+    (2). ((keys, values) [1, kv_heads, width, dim], starts, lengths), or (None, zeros,
+    zeros) for p_len 0."""
+    import torch
+
+    zeros = torch.zeros(rows, dtype=torch.int64)
+    if not p_len:
+        return None, zeros, zeros
+    second, start = p_len // 2 + 5, -(-p_len // 32) * 32
+    keys, values = (torch.randn(1, kv_heads, start + second, dim) for _ in "kv")
+    for t in (keys, values):
+        t[:, :, p_len:start] = 0.0
+    kind = torch.arange(rows) % 3
+    starts = torch.where(kind == 2, start, 0)
+    lengths = torch.where(kind == 0, p_len, torch.where(kind == 2, second, 0))
+    return (keys, values), starts, lengths
+
+
+def prefix_columns(starts, lengths, width: int):
+    """[rows, width] bool: the prefix positions each row attends to."""
+    import torch
+
+    cols = torch.arange(width)[None]
+    return (cols >= starts[:, None]) & (cols < (starts + lengths)[:, None])
+
+
 def greedy_reference(model, prompt: list[int], n: int, eos: int) -> list[int]:
     """Greedy `model.generate` on one unpadded prompt: the ground truth the engine's
     batching must reproduce token for token."""

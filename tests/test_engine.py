@@ -145,9 +145,9 @@ def test_window_bounds_the_open_conversations_and_refills():
     most = 0
 
     class Counting(GenerationSession):
-        def submit(self, key, prompt):  # each open conversation has one turn queued
+        def submit(self, key, prompt, group=None):  # each open conversation: one turn queued
             nonlocal most
-            super().submit(key, prompt)
+            super().submit(key, prompt, group)
             most = max(most, len(self.queue))
 
     backend = ScriptedBackend(lambda p: "3")

@@ -14,15 +14,15 @@ import pytest
 import torch
 from helpers import greedy_reference as reference
 
-from evalpipe.backends.local import prefill_attention
+from evalpipe.backends.local import own_attention, prefill_attention
 from evalpipe.backends.local.batching import BatchGenerator, PrefixStore
 
 pytestmark = helpers.needs_compiler
 
 
-def _plain(query, key, value, columns, prefix, prefix_rows, scale):
+def _plain(query, key, value, columns, prefix, starts, lengths, scale):
     """The attention written plainly: query i (the chunk's tokens are the last q of the
-    row's S columns) sees the prefix where its row has it, and own column c when
+    row's S columns) sees its row's part of the prefixes, and own column c when
     columns[c] and c <= S - q + i; one softmax; no column at all gives zeros."""
     b, heads, q_len, _ = query.shape
     s_len, groups = key.shape[2], heads // key.shape[1]
@@ -32,7 +32,8 @@ def _plain(query, key, value, columns, prefix, prefix_rows, scale):
     if prefix is not None:
         pk, pv = (t.expand(b, -1, -1, -1) for t in prefix)
         k, v = torch.cat([pk, k], 2), torch.cat([pv, v], 2)
-        shared = prefix_rows.view(b, 1, 1).expand(b, q_len, pk.shape[2])
+        shared = helpers.prefix_columns(starts, lengths, pk.shape[2])[:, None].expand(
+            b, q_len, pk.shape[2])
         allowed = torch.cat([shared, allowed], -1)
     k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
     scores = (query * scale) @ k.transpose(-1, -2)
@@ -62,13 +63,12 @@ def test_kernel_equals_plain_attention(rows, heads, kv_heads, dim, q_len, s_len,
         columns[r, : r * 7] = False  # left padding, longer on each row
         if r % 2:
             columns[r, s_len // 3: s_len // 3 + 4] = False  # a gap, as a kept turn leaves
-    prefix = (torch.randn(1, kv_heads, p_len, dim), torch.randn(1, kv_heads, p_len, dim)) \
-        if p_len else None
-    prefix_rows = torch.tensor([r % 3 != 1 for r in range(rows)])
+    prefix, starts, lengths = helpers.two_prefixes(rows, kv_heads, dim, p_len)
+    ranges = own_attention.Ranges.of(starts, lengths, prefix[0].shape[2] if prefix else 0)
     assert prefill_attention.takes(query, key, value)
-    got = prefill_attention.attend(query, key, value, columns, prefix, prefix_rows, dim ** -0.5)
+    got = prefill_attention.attend(query, key, value, columns, prefix, ranges, dim ** -0.5)
     assert got.shape == (rows, q_len, heads, dim) and got.is_contiguous()
-    want = _plain(query, key, value, columns, prefix, prefix_rows, dim ** -0.5)
+    want = _plain(query, key, value, columns, prefix, starts, lengths, dim ** -0.5)
     assert torch.allclose(got, want, atol=2e-6), (got - want).abs().max()
 
 
@@ -77,10 +77,11 @@ def test_a_query_that_attends_to_nothing_gets_zeros():
     query, key = torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16)
     columns = torch.ones(1, 8, dtype=torch.bool)
     columns[0, :3] = False
-    out = prefill_attention.attend(query, key, key, columns, None, torch.tensor([False]), 0.25)
+    none = own_attention.Ranges.none(1)
+    out = prefill_attention.attend(query, key, key, columns, None, none, 0.25)
     assert torch.isfinite(out).all()
     assert torch.equal(out[:, :3], torch.zeros_like(out[:, :3]))
-    want = _plain(query, key, key, columns, None, torch.tensor([False]), 0.25)
+    want = _plain(query, key, key, columns, None, none.starts, none.lengths, 0.25)
     assert torch.allclose(out, want, atol=2e-6)
 
 
@@ -93,7 +94,7 @@ def test_shapes_the_kernel_does_not_take():
                                        torch.randn(1, 2, 80, 18))  # not whole vectors
     with pytest.raises(TypeError, match="bool"):
         prefill_attention.attend(torch.randn(1, 2, 8, 16), key, key, torch.ones(1, 80),
-                                 None, torch.tensor([False]), 0.25)
+                                 None, own_attention.Ranges.none(1), 0.25)
 
 
 def _long_prompts():

@@ -52,7 +52,9 @@ class GenerationSession:
     `poll` returns at least one (key, Generation) while anything is pending. This
     default sends everything submitted since the last poll through one
     `backend.generate` call; a backend that can add prompts to a running batch
-    overrides `Backend.session`.
+    overrides `Backend.session`. `submit`'s `group` names prompts that share a
+    prefix (the cells of a model that share a session submit one group each); a
+    session that reuses prefixes keeps one per group, the others ignore it.
     """
 
     def __init__(self, backend: Backend, settings: GenerationSettings):
@@ -63,7 +65,7 @@ class GenerationSession:
     def pending(self) -> int:
         return len(self.queue)
 
-    def submit(self, key: Hashable, prompt: str) -> None:
+    def submit(self, key: Hashable, prompt: str, group: Hashable = None) -> None:
         self.queue.append((key, prompt))
 
     def poll(self) -> list[tuple[Hashable, Generation]]:

@@ -176,7 +176,7 @@ class _InFlightSession(GenerationSession):
     def pending(self) -> int:
         return len(self.futures)
 
-    def submit(self, key, prompt: str) -> None:
+    def submit(self, key, prompt: str, group=None) -> None:
         if self.pool is None:
             self.pool = ThreadPoolExecutor(max_workers=self.openai.concurrency,
                                            thread_name_prefix="openai")

@@ -309,8 +309,9 @@ class _LoopSession(GenerationSession):
     def pending(self) -> int:
         return self.decoder.pending
 
-    def submit(self, key, prompt: str) -> None:
-        self.decoder.submit(key, self.backend.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    def submit(self, key, prompt: str, group=None) -> None:
+        self.decoder.submit(key, self.backend.tokenizer(prompt, add_special_tokens=False)["input_ids"],
+                            group)
 
     def poll(self):
         while self.decoder.pending:
