@@ -14,6 +14,14 @@
   forced turns is discarded. A plan of k steps gives k + 1 turns.
 - W3 RAG prepend: the site_rag questions, BM25 top 3 prepended to the system
   prompt, no tools.
+- W4 agent loop on Qwen2.5-Coder-0.5B-Instruct (`qwen2.5-coder-0.5b`): W2's
+  questions, hermes + calculator, up to 5 turns. This model calls the
+  calculator, so the multi-turn path runs for real: tool results prefilled,
+  later turns decoded, on every system that runs the loop.
+
+W1-W3 run the embedded default model (SmolLM2-135M-Instruct); each workload
+names its model, and `build(..., model=...)` replaces it (a smoke test of W4's
+mechanics on the default model).
 """
 
 from __future__ import annotations
@@ -33,7 +41,10 @@ NAMES = {
     "W2f": "forced-plan loop: assistant tool calls replaced by the gold plan's, real tool "
            "results, the model decodes every turn",
     "W3": "RAG prepend, BM25 top 3 (no tools)",
+    "W4": "agent loop on the tool-calling 0.5B, hermes + calculator (real multi-turn)",
 }
+DEFAULT_MODEL = "smollm2-135m"
+TOOL_MODEL = "qwen2.5-coder-0.5b"  # Qwen2.5-Coder-0.5B-Instruct: calls the calculator
 
 
 @dataclass
@@ -45,10 +56,11 @@ class Workload:
     max_turns: int
     retrieve: Any = None  # prepend retrieval: query, k -> chunks
     forced: dict[int, list[str]] | None = None  # question index -> forced replies (W2f)
+    model: str = DEFAULT_MODEL  # evalpipe model alias
 
     @property
     def label(self) -> str:
-        return f"{self.name} {NAMES[self.name]}"
+        return f"{self.name} {NAMES[self.name]} [{self.model}]"
 
 
 def _load(name: str):
@@ -104,7 +116,13 @@ def forced_replies(questions, fmt) -> dict[int, list[str]]:
     return out
 
 
-def build(name: str, n: int | None = None, max_new_tokens: int | None = None) -> Workload:
+def build(name: str, n: int | None = None, max_new_tokens: int | None = None,
+          model: str | None = None) -> Workload:
+    w = _build(name, n, max_new_tokens)
+    return dataclasses.replace(w, model=model) if model else w
+
+
+def _build(name: str, n: int | None, max_new_tokens: int | None) -> Workload:
     if name == "W1":
         qs = _load("arithmetic.jsonl")
         return Workload(name, qs[:n] if n else qs, "none", max_new_tokens or 128, 1)
@@ -118,6 +136,9 @@ def build(name: str, n: int | None = None, max_new_tokens: int | None = None) ->
         qs = _load("site_rag.jsonl")
         return Workload(name, qs[:n] if n else qs, "none", max_new_tokens or 128, 1,
                         retrieve=bm25_search())
+    if name == "W4":
+        return Workload(name, interleaved(n or 32), "calculator", max_new_tokens or 128, 5,
+                        model=TOOL_MODEL)
     raise SystemExit(f"unknown workload {name!r}: one of {', '.join(NAMES)}")
 
 
@@ -163,7 +184,8 @@ def runtime(backend, w: Workload, batch_size: int | None = None):
 
 
 def run_engine(backend, w: Workload, batch_size: int | None = None) -> dict[str, Any]:
-    """Wall seconds, samples, and token counts of one engine run of `w`."""
+    """Wall seconds, samples, token counts, final answers and every turn's raw reply
+    (per question id) of one engine run of `w`."""
     import time
 
     from evalpipe.engine import Engine
@@ -181,4 +203,5 @@ def run_engine(backend, w: Workload, batch_size: int | None = None) -> dict[str,
     return {"wall_s": wall, "samples": samples, "turns": len(turns),
             "prompt_tokens": sum(t.get("prompt_tokens") or 0 for t in turns),
             "completion_tokens": sum(t.get("completion_tokens") or 0 for t in turns),
-            "answers": {s.question_id: s.final_answer for s in samples}}
+            "answers": {s.question_id: s.final_answer for s in samples},
+            "replies": {s.question_id: [t.get("raw") or "" for t in s.turns] for s in samples}}

@@ -154,6 +154,17 @@ class GridRule(_Section):
     method: str | list[str] | None = None
 
 
+class JudgeSection(_Section):
+    """The model-graded judge (docs/scoring.md, "The judge"): a model entry like those of
+    `models:`, where it is used, and whether to measure it on a labelled set."""
+
+    model: ModelEntry
+    use: Literal["undecided", "all"] = "undecided"  # where the rules abstain, or everywhere
+    max_new_tokens: int = Field(64, ge=1)
+    agreement: bool = False  # also measure it on `labels`, into the run's judge.json
+    labels: str | None = None  # a labelled set; default tests/data/grading_labels.jsonl
+
+
 class ConfigSpec(_Section):
     name: str | None = None
     questions: list[str] = Field(min_length=1)
@@ -178,6 +189,7 @@ class ConfigSpec(_Section):
     schema_tools: SchemaToolsSection = SchemaToolsSection()
     match: Literal["evalpipe", "bfcl"] = "evalpipe"  # argument rule set (scoring/plan.py)
     k: int = Field(3, ge=1)
+    judge: JudgeSection | None = None
 
 
 # -- the config the rest of the code reads ---------------------------------------------------
@@ -235,6 +247,7 @@ class RunConfig:
     k: int = 3
     include: list[dict[str, Any]] = field(default_factory=list)
     exclude: list[dict[str, Any]] = field(default_factory=list)
+    judge: dict[str, Any] | None = None  # JudgeSection, its model entry a plain dict
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -249,6 +262,8 @@ class RunConfig:
         """The normalised config: what the manifest records and the hash covers."""
         out = asdict(self)
         del out["source"]
+        if out["judge"] is None:  # configs without a judge keep the hash they had
+            del out["judge"]
         return out
 
     def hash(self) -> str:
@@ -418,6 +433,11 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
         k=spec.k,
         include=[r.model_dump(exclude_none=True) for r in spec.include],
         exclude=[r.model_dump(exclude_none=True) for r in spec.exclude],
+        judge=None if spec.judge is None else {
+            **spec.judge.model_dump(exclude={"model"}),
+            "model": {"id": spec.judge.model.id,
+                      **spec.judge.model.model_dump(exclude_unset=True)},
+            "labels": resolve(spec.judge.labels) if spec.judge.labels else None},
         source=source,
     )
 
@@ -436,6 +456,12 @@ def _shape(raw: dict[str, Any]) -> dict[str, Any]:
                      for m in out.get("models") or [DEFAULT_MODEL]]
     out["retrieval"] = [{"mode": r} if isinstance(r, str) else r
                         for r in out.get("retrieval") or ["none"]]
+    judge = out.get("judge")
+    if isinstance(judge, dict) and isinstance(judge.get("model"), (str, dict)):
+        model = judge["model"]
+        out["judge"] = {**judge, "model": {"backend": "transformers",
+                                           **({"id": model} if isinstance(model, str)
+                                              else model)}}
     for key in ("formats", "toolsets", "generation", "chunking", "tool_limits"):
         if not out.get(key, True):
             del out[key]  # `generation:` with nothing under it means the defaults

@@ -340,6 +340,8 @@ class Run:
             manifest["cache"] = {"hits": cache.hits, "misses": cache.misses,
                                  "path": str(cache.path)}
             self.echo(f"generation cache: {cache.hits} replies reused, {cache.misses} generated")
+        if self.config.judge is not None:
+            manifest["judge"] = run_judge(store, self.config.judge, cache, self.echo)
         scores = score_run(store)
         infra = sum(g.get("n_infra", 0) for g in scores["groups"])
         if infra:
@@ -481,6 +483,39 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
         call_only=config.schema_tools["mode"] == "call_only")
 
 
+def run_judge(store: RunStore, settings: dict[str, Any], cache: GenerationCache | None,
+              echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """The config's judge over a run (evalpipe.judge): judgements.jsonl, and with
+    `agreement: true` its measured agreement with the labelled set in judge.json.
+    Returns what the manifest records."""
+    from evalpipe.judge import LABELS, Judge, judge_agreement, judge_run, load_labels
+
+    judge = Judge(settings["model"], settings.get("max_new_tokens") or 64, cache)
+    summary: dict[str, Any] = {"model": settings["model"], "use": settings.get("use"),
+                               **judge_run(store.path, judge, settings.get("use") or
+                                           "undecided", echo)}
+    if settings.get("agreement"):
+        labels = settings.get("labels") or str(LABELS)
+        measured = judge_agreement(judge, load_labels(labels))
+        store.write_json("judge.json", {**measured, "labels_path": labels})
+        summary["agreement"] = {k: measured[k] for k in ("judge", "rules")}
+        echo(agreement_line(measured))
+    return summary
+
+
+def agreement_line(measured: dict[str, Any]) -> str:
+    """One line: the judge's and the rules' agreement with the labelled set."""
+    def part(name: str, row: dict[str, Any]) -> str:
+        if not row["n"]:
+            return f"{name}: no verdicts"
+        kappa = "n/a" if row["kappa"] is None else f"{row['kappa']:.2f}"
+        return (f"{name}: {row['raw_agreement']:.1%} raw, kappa {kappa} on "
+                f"{row['n']}/{row['of']} decided")
+    return (f"judge agreement with {measured['labels']} labelled replies: "
+            f"{part(measured['judge_model'], measured['judge'])}; "
+            f"{part('rules', measured['rules'])}")
+
+
 def score_run(store: RunStore, k: int | None = None) -> dict[str, Any]:
     """(Re)compute scores.json and table.md from samples.jsonl and questions.jsonl."""
     from evalpipe.report.tables import score_table
@@ -488,7 +523,8 @@ def score_run(store: RunStore, k: int | None = None) -> dict[str, Any]:
 
     # Samples stream from the file: a long run's raw records are never all in memory.
     scores = score_records(store.read_json("manifest.json"), store.questions(),
-                           store.iter_samples(), k=k, source=str(store.samples_path))
+                           store.iter_samples(), k=k, source=str(store.samples_path),
+                           judgements=store.read_judgements())
     store.write_json("scores.json", scores)
     store.write_text("table.md", score_table(scores))
     return scores

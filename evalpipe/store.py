@@ -180,6 +180,20 @@ class RunStore:
         with storage(path):
             jsonl.append(path, samples)
 
+    @property
+    def judgements_path(self) -> Path:
+        return self.path / "judgements.jsonl"
+
+    def read_judgements(self) -> list[dict[str, Any]]:
+        """The judge's recorded verdicts (evalpipe.judge); [] when the run has none."""
+        return [r for _, r in jsonl.scan(self.judgements_path)] \
+            if self.judgements_path.exists() else []
+
+    def write_judgements(self, records: Iterable[dict[str, Any]]) -> None:
+        """Replace judgements.jsonl whole (one record per judged sample)."""
+        self.write_text("judgements.jsonl", "".join(
+            json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
     def iter_samples(self, path: Path | None = None) -> Iterator[dict[str, Any]]:
         """Every complete record, streamed; a torn last line is dropped."""
         yield from (record for _, record in jsonl.scan(path or self.samples_path))

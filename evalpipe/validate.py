@@ -101,7 +101,8 @@ def _check_plan(q: Question, file: str, line: int) -> list[str]:
     from evalpipe.tools.schema_only import schema_tool
 
     errors = []
-    tools = known_tools() | {schema_tool(t).name for t in q.tools}  # and its own schema-only
+    own = {schema_tool(t).name for t in q.tools}  # the question's own schema-only tools
+    tools = known_tools() | own
     for i, step in enumerate(q.gold_calls or []):
         if step["name"] not in tools:
             suggestion = difflib.get_close_matches(step["name"], sorted(tools), n=1)
@@ -111,8 +112,10 @@ def _check_plan(q: Question, file: str, line: int) -> list[str]:
                                  "one of " + ", ".join(sorted(tools))))
     if errors or not q.gold_calls:
         return errors
-    if any(step["name"] not in BUILTIN_TOOLS for step in q.gold_calls):
-        return []  # search_site needs a retriever; its plan cannot be replayed here
+    if any(step["name"] not in BUILTIN_TOOLS or step["name"] in own for step in q.gold_calls):
+        # search_site needs a retriever, and a schema-only tool (BFCL's "multiply" too) has
+        # no implementation: such a plan cannot be replayed here
+        return []
     try:
         results = execute_gold_plan(q.gold_calls, build_toolset("math"))
     except ValueError as exc:
@@ -251,23 +254,46 @@ def gold_warnings(path: str | Path, corpus_root: str = "datasets/site",
         units = ({_unit_after_answer(texts.get(g["doc"], "")[g["start"]:g["end"]], q)
                   for g in q.gold_passages} if numeric else set())
         spans = [(g["doc"], g["start"], g["end"]) for g in q.gold_passages]
+        gold_docs = {g["doc"] for g in q.gold_passages}
         for c in chunks:
             if any(covers((c.doc, c.start, c.end), g) for g in spans):
                 continue
+            chunk_words = set(text_key(c.text).split())
             for statement in _STATEMENT.split(c.text):
                 if not statement.strip() or not span_contains_answer(statement, q):
                     continue
                 if numeric and _unit_after_answer(statement, q) not in units:
                     continue
-                if len(rare & set(text_key(statement).split())) >= MIN_SHARED_WORDS:
+                words = set(text_key(statement).split())
+                kind = ""
+                if statement.lstrip().startswith("|"):  # a table row reads with its header
+                    words |= set(text_key(_table_header(texts.get(c.doc, ""), c.start
+                                                        + c.text.find(statement))).split())
+                    kind = "a table row, with its header, "
+                if c.doc in gold_docs and len(rare & chunk_words) >= MIN_SHARED_WORDS:
+                    # the post the gold is in: its other chunks speak of the same thing
+                    words |= chunk_words
+                    kind = "another chunk of the gold's post, "
+                if len(rare & words) >= MIN_SHARED_WORDS:
                     shown = statement.strip()
                     shown = shown if len(shown) <= 80 else shown[:77] + "..."
                     line = q.source.rsplit(":", 1)[1] if q.source else "?"
                     out.append(f"{path}:{line}: gold_passages: {q.id}: the answer "
-                               f"{q.answer!r} also occurs in {c.doc}:{c.start}-{c.end} "
+                               f"{q.answer!r} also occurs in {kind}{c.doc}:{c.start}-{c.end} "
                                f"({shown!r}), which no gold passage covers")
                     break
     return out
+
+
+def _table_header(text: str, at: int) -> str:
+    """The first row of the markdown table whose row starts at `at` in the text."""
+    lines = text[:max(at, 0)].split("\n")
+    header = ""
+    for line in reversed(lines[:-1] if lines and not lines[-1].strip() else lines):
+        if not line.lstrip().startswith("|"):
+            break
+        header = line
+    return header
 
 
 def gold_warnings_paths(paths: list[str], corpus_root: str = "datasets/site") -> list[str]:

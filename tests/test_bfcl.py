@@ -57,6 +57,35 @@ def test_function_docs_become_json_schema_tools():
     assert "optional" not in props["days"]
 
 
+def test_an_enum_on_an_array_lists_the_values_of_its_items():
+    doc = {"name": "report", "parameters": {"type": "dict", "properties": {
+        "metrics": {"type": "array", "items": {"type": "string"},
+                    "enum": ["temperature", "humidity"]},
+        "kinds": {"type": "array", "enum": ["a", "b"]},
+        "unit": {"type": "string", "enum": ["c", "f"]}}}}
+    tool = schema_tool(tool_of(doc, "f"))
+    props = tool_of(doc, "f")["function"]["parameters"]["properties"]
+    assert props["metrics"] == {"type": "array", "items": {"type": "string",
+                                                           "enum": ["temperature", "humidity"]}}
+    assert props["kinds"]["items"] == {"enum": ["a", "b"]} and "enum" not in props["kinds"]
+    assert props["unit"]["enum"] == ["c", "f"]  # a scalar's enum stays where it is
+    toolset = Toolset({"report": tool})
+    assert toolset.check(ToolCall("report", {"metrics": ["humidity", "temperature"]})) is None
+    assert toolset.check(ToolCall("report", {"metrics": ["co2"]}))[0] == "invalid_arguments"
+
+
+def test_an_irrelevance_item_may_offer_no_function_and_still_runs():
+    item = dict(ITEM, id="live_irrelevance_120-9-0", function=[])
+    q = parse_question(convert_item("live_irrelevance", item, None, "x:1"), file="q.jsonl",
+                       line=1)
+    assert q.tools == [] and q.gold_calls == []
+    sample = _run(_cell(ScriptedBackend(lambda p: "Nothing to call.")), q)
+    assert sample.stop_reason == "answered"
+    assert score_sample(sample.to_dict(), q)["category"] == "correct"
+    with pytest.raises(InputError, match="list of function docs"):
+        convert_item("live_irrelevance", dict(item, function=None), None, "x:1")
+
+
 def test_possible_answers_become_gold_forms():
     record = convert_item("simple_python", ITEM, ANSWER, "x:1")
     args = record["gold_calls"][0]["arguments"]
@@ -301,6 +330,9 @@ def test_a_config_names_bfcl_categories_that_load_from_the_wheel(tmp_path):
     assert all(q.answer_type == "calls" and len(q.gold_calls) >= 2 for q in questions)
     for category in DEFAULT_CATEGORIES:  # every item the importer writes loads back
         assert load_questions(f"bfcl:{category}")
+    # four live items offer no function at all; the category imports all the same
+    live = load_questions("bfcl:live_irrelevance")
+    assert len(live) == 834 and sum(not q.tools for q in live) == 4
 
 
 def test_the_run_table_shows_bfcl_accuracy_per_category():
@@ -319,3 +351,15 @@ def test_the_run_table_shows_bfcl_accuracy_per_category():
     row = next(line for line in text.splitlines() if line.startswith("| parallel"))
     assert "25.0% (1/4), valid 100.0% (2/2)" in row and "75.0% (3/4)" in row
     assert "BFCL" not in score_table({"k": 3, "groups": [group("m", "all", 1, 2)]})
+
+
+def test_a_plan_of_the_questions_own_tool_named_like_a_built_in_is_not_replayed(tmp_path):
+    from evalpipe.validate import validate_file
+
+    doc = {"name": "multiply", "parameters": {"type": "dict", "properties": {
+        "a": {"type": "integer"}, "b": {"type": "integer"}}}}
+    item = dict(ITEM, id="live_simple_47-20-0", function=[doc])
+    answer = {"id": item["id"], "ground_truth": [{"multiply": {"a": [3], "b": [2]}}]}
+    path = tmp_path / "live.jsonl"
+    path.write_text(json.dumps(convert_item("live_simple", item, answer, "x:1")) + "\n")
+    assert validate_file(path) == []  # BFCL's answer is the call, not the product

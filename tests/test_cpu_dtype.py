@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from evalpipe.backends import cpu
+from evalpipe.backends.local import cpu
 
 EPYC = """processor\t: 0
 model name\t: AMD EPYC

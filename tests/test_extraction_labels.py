@@ -129,3 +129,38 @@ def test_final_answer_line_is_a_config_key(tmp_path):
     base.write_text("questions: [q.jsonl]\nmodels: [{id: smollm2-135m}]\n"
                     "retrieval: [{mode: none}]\nfinal_answer_line: true\n", encoding="utf-8")
     assert load_config(base).final_answer_line is True
+
+
+# --- the grading classes (tests/data/grading_labels.jsonl, tests/data/grading_labels.md) ------
+
+ISSUE_CLASSES = ("self_correction", "magnitude", "number_words", "range", "cue_trap",
+                 "name_inside", "rejected_gold", "date_time", "abstain_worded", "hedge_answer")
+
+
+def test_the_grading_set_is_mostly_real_replies_in_both_languages_and_every_class():
+    from evalpipe.scoring.agreement import GRADING
+
+    rows = load_labels(GRADING)
+    assert len(rows) >= 150 and len({r["id"] for r in rows}) == len(rows)
+    real = [r for r in rows if r["source"] != "written"]
+    assert len(real) > len(rows) / 2
+    for cls in ISSUE_CLASSES:
+        langs = {r["lang"] for r in rows if r["class"] == cls}
+        assert langs == {"en", "vi"}, cls
+    assert all(r["label"] in ("right", "wrong") and r["reason"] and
+               isinstance(r["abstained"], bool) for r in rows)
+    assert {r["split"] for r in rows} == {"tune", "held_out", "real_dev", "real_held_out"}
+
+
+def test_the_rules_agree_with_the_grader_on_97_percent_of_what_they_decide():
+    from evalpipe.scoring.agreement import GRADING, class_table
+
+    rows = load_labels(GRADING)
+    table = {row["class"]: row for row in class_table(rows)}
+    overall = table["all"]
+    assert overall["decided"] >= 0.95 * overall["n"]  # they abstain rarely
+    assert overall["rate"] >= 0.97
+    for cls in ISSUE_CLASSES:
+        assert table[cls]["rate"] >= 0.9, table[cls]
+    real = class_table([r for r in rows if r["source"] != "written"], "split")
+    assert all(row["rate"] >= 0.97 for row in real), real

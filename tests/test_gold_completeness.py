@@ -68,8 +68,50 @@ def test_validate_prints_warnings_and_still_passes(tmp_path):
 
 
 # The warnings left on the bundled set, each explained in datasets/README.md.
-EXPLAINED = {"rag-013", "rag-021", "rag-028", "rag-063", "rag-090", "rag-095", "rag-137",
-             "rag-148"}
+EXPLAINED = {"rag-013", "rag-014", "rag-021", "rag-028", "rag-050", "rag-056", "rag-063",
+             "rag-090", "rag-095", "rag-104", "rag-127", "rag-128", "rag-131", "rag-137",
+             "rag-148", "rag-167", "rag-170"}
+
+
+SAME_POST = ("# Upgrading the database\n\n- lang: en\n\nDuring the ong-chua PostgreSQL upgrade, "
+             "writes were off for 23 minutes.\n\n" + "Filler text. " * 70
+             + "\n\nThe upgrade night, step by step. In total: 23 minutes.\n")
+FLEET = ("# Fleet 2025\n\n- lang: en\n\nThe machines after the upgrades:\n\n"
+         "| Host | Role | CPU |\n|---|---|---|\n| cua-to | proxy | 4 vCPU |\n"
+         "| ong-chua | database | AMD EPYC 9124 |\n")
+GOLD_CPU = "# Hardware\n\n- lang: en\n\nThe new ong-chua has an AMD EPYC 9124 CPU.\n"
+
+
+def _one_question(tmp_path, docs, record):
+    root = tmp_path / "site"
+    root.mkdir()
+    for name, text in docs.items():
+        (root / name).write_text(text, encoding="utf-8")
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"suite": "site_rag", "lang": "en", "gold_calls": [],
+                                **record}) + "\n", encoding="utf-8")
+    return path, root
+
+
+def test_another_chunk_of_the_gold_post_and_a_table_row_elsewhere_are_found(tmp_path):
+    post = SAME_POST
+    gold = "writes were off for 23 minutes"
+    start = post.index(gold)
+    path, root = _one_question(tmp_path, {"upgrade.md": post}, {
+        "id": "r2", "question": "For how many minutes were writes off during the ong-chua "
+        "PostgreSQL upgrade?", "answer": 23, "answer_type": "number",
+        "gold_passages": [{"doc": "upgrade.md", "start": 0, "end": start + len(gold)}]})
+    [warning] = gold_warnings(path, str(root))
+    assert "another chunk of the gold's post" in warning and "In total: 23 minutes" in warning
+    (tmp_path / "site").rename(tmp_path / "site-1")
+    gold = "AMD EPYC 9124 CPU"
+    path, root = _one_question(tmp_path, {"hardware.md": GOLD_CPU, "fleet.md": FLEET}, {
+        "id": "r3", "question": "What CPU does the database server ong-chua use?",
+        "answer": "AMD EPYC 9124", "answer_type": "text",
+        "gold_passages": [{"doc": "hardware.md", "start": GOLD_CPU.index(gold),
+                           "end": GOLD_CPU.index(gold) + len(gold)}]})
+    [warning] = gold_warnings(path, str(root))
+    assert "a table row, with its header" in warning and "fleet.md" in warning
 
 
 def test_bundled_rag_set_warns_only_where_datasets_readme_explains_why():

@@ -228,3 +228,27 @@ def test_an_evalpipe_run_through_the_server_scores_like_the_in_process_backend(s
     differ = [k for k, s in http[0].items() if s["final_answer"] != inproc[0][k]["final_answer"]]
     assert len(differ) <= 1, differ
     assert sum(http[1][k] != inproc[1][k] for k in http[1]) <= len(differ)
+
+
+@pytest.mark.slow
+def test_a_served_model_judges_through_the_openai_backend(server, tmp_path):
+    """The judge configured as an OpenAI-compatible model: `evalpipe judge --agreement`
+    grades labelled replies through the server and prints its agreement."""
+    from click.testing import CliRunner
+
+    from evalpipe.cli import main
+    from evalpipe.judge import load_labels
+
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
+                              for r in load_labels()[:3]), encoding="utf-8")
+    judge = tmp_path / "judge.yaml"
+    judge.write_text(json.dumps({"judge": {"model": {
+        "id": MODEL, "backend": "openai", "base_url": server.url, "extra_body": GREEDY},
+        "max_new_tokens": 24}}))
+    result = CliRunner().invoke(main, ["judge", "--agreement", "--judge", str(judge),
+                                       "--labels", str(labels)],
+                                env={"EVALPIPE_GENERATION_CACHE": str(tmp_path / "g.sqlite")})
+    assert result.exit_code == 0, result.output
+    assert "judge agreement with 3 labelled replies" in result.output
+    assert f"{MODEL}:" in result.output and "rules:" in result.output

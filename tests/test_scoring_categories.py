@@ -39,8 +39,8 @@ def parse_error(kind="not_json"):
     return {"kind": kind, "message": "Expecting value", "snippet": "<tool_call>{add"}
 
 
-def score(sample, question):
-    out = score_sample(sample, question)
+def score(sample, question, judgement=None):
+    out = score_sample(sample, question, judgement=judgement)
     json.dumps(out)  # a scored sample is plain JSON
     return out
 
@@ -108,7 +108,7 @@ def test_the_classic_wrong_plan():
 
 def test_correct_sample_fields():
     out = score(make_sample(CALC, "Kết quả là 294.", steps=RIGHT_CALLS), CALC)
-    assert out["scorer_version"] == SCORER_VERSION == "2"
+    assert out["scorer_version"] == SCORER_VERSION == "3"
     assert (out["run_id"], out["cell_id"], out["question_id"], out["suite"], out["lang"]) == (
         "run-1", "cell-1", "calc-1", "plan", "vi")
     assert (out["exact"], out["exact_strict"], out["exact_lenient"]) == (True, False, True)
@@ -235,6 +235,10 @@ FLAG_CASES = {
                                 "steps": RIGHT_CALLS}),
     "tool_error": (CALC, {"final_answer": "Kết quả là 294.", "steps": [
         [call("divide", {"a": 1, "b": 0}, error="tool_exception")]] + RIGHT_CALLS}),
+    # only the last-number fallback chose, and another number would flip the verdict
+    "undecided": (CALC, {"final_answer": "Bước một 294 bước hai 42 cuối 17", "steps": []}),
+    "judged": (CALC, {"final_answer": "Bước một 294 bước hai 42 cuối 17", "steps": [],
+                      "judgement": {"model": "judge-m", "verdict": True, "reason": "r"}}),
 }
 
 
@@ -243,7 +247,8 @@ def test_every_flag(flag):
     question, kwargs = FLAG_CASES[flag]
     kwargs = dict(kwargs)
     final = kwargs.pop("final_answer", "")
-    out = score(make_sample(question, final, **kwargs), question)
+    judgement = kwargs.pop("judgement", None)
+    out = score(make_sample(question, final, **kwargs), question, judgement)
     assert flag in out["flags"], out
     assert out["flags"] == sorted(out["flags"])
 
@@ -332,3 +337,18 @@ def test_reports_list_every_category_once_and_colour_each():
     assert sorted(DISPLAY_ORDER) == sorted((*CATEGORIES, SCORER_ERROR))
     assert DISPLAY_ORDER[0] == "correct"
     assert set(CATEGORY_COLOURS) == set(DISPLAY_ORDER)
+
+
+def test_a_judgement_decides_only_where_recorded_and_says_so():
+    sample = make_sample(CALC, "Bước một 294 bước hai 42 cuối 17")
+    rules = score(sample, CALC)
+    assert (rules["verdict_source"], rules["exact"], rules["judge"]) == (
+        "rules_undecided", False, None)
+    judged = score(sample, CALC, {"model": "m", "verdict": True, "consistent": True,
+                                  "reason": "294 is the answer", "raw": ["VERDICT: CORRECT"]})
+    assert (judged["verdict_source"], judged["exact"], judged["category"]) == (
+        "judge", True, "correct")
+    assert judged["judge"]["model"] == "m" and judged["judge"]["reason"]
+    # an inconsistent judgement (the two orders disagreed) leaves the rules' reading
+    split = score(sample, CALC, {"model": "m", "verdict": None, "consistent": False})
+    assert split["verdict_source"] == "rules_undecided" and split["exact"] is False

@@ -82,6 +82,14 @@ CASES = {
         (CALC, make_sample(CALC, "42", steps=[[call("add", {"a": 30, "b": 12}, 42)],
                                               [call("multiply", {"a": 42, "b": 7},
                                                     error="tool_exception")]])),
+        (OPEN, make_sample(OPEN, "", steps=[[call("multiply", {"a": 6, "b": 7},
+                                                  error="timeout")]])),  # no plan to judge by
+        (RAG, tool_rag(RAG, "", steps=[[call("search_site", {"query": "ong-tho web server"},
+                                             error="timeout")]])),
+        # the right call timed out first; what the model did after it is the failure's effect
+        (ONE, make_sample(ONE, "5", steps=[[call("multiply", {"a": 868, "b": 60},
+                                                 error="timeout")],
+                                           [call("add", {"a": 868, "b": 60}, 928)]])),
     ],
     "correct": [
         (CALC, make_sample(CALC, "Kết quả là 294.", steps=RIGHT)),
@@ -93,6 +101,8 @@ CASES = {
         (ONE, make_sample(ONE, "52080", steps=[bad_parse()])
          | {"final_answer": "52000"}),
         (RAG, tool_rag(RAG, "nginx", steps=[bad_parse()])),
+        (ONE, make_sample(ONE, "", steps=[bad_parse(), [call("multiply", {"a": 868, "b": 60},
+                                                             error="timeout")]])),
     ],
     "unknown_tool": [
         (CALC, make_sample(CALC, "300", steps=[[call("plus", {"a": 12, "b": 30},
@@ -125,6 +135,8 @@ CASES = {
     "unneeded_tool_call": [
         (CTRL, make_sample(CTRL, "Lyon", steps=[[call("add", {"a": 1, "b": 2}, 3)]])),
         (CTRL_VI, make_sample(CTRL_VI, "Huế", steps=[[call("multiply", {"a": 2, "b": 3}, 6)]])),
+        # no tool was needed: the call that timed out was the mistake
+        (CTRL, make_sample(CTRL, "", steps=[[call("add", {"a": 1, "b": 2}, error="timeout")]])),
         (CTRL, make_sample(CTRL, "Marseille", toolset="search", retrieval_mode="tool",
                            steps=[searched(MISSED, "capital of France")[0]])),
     ],
@@ -133,6 +145,12 @@ CASES = {
                            steps=[[call("add", {"a": 12, "b": 30}, 42)],
                                   [call("add", {"a": 42, "b": 7}, 49)]])),
         (ONE, make_sample(ONE, "1", steps=[[call("divide", {"a": 868, "b": 60}, 14.47)]])),
+        # the operand was already wrong when the tool timed out: the model's mistake
+        (ONE, make_sample(ONE, "", steps=[[call("multiply", {"a": 868, "b": 6},
+                                                error="timeout")]])),
+        (CALC, make_sample(CALC, "", steps=[[call("add", {"a": 12, "b": 31}, 43)],
+                                            [call("multiply", {"a": 43, "b": 7},
+                                                  error="timeout")]])),
         (RAG, tool_rag(RAG, "nginx", SHOWN, toolset="full",
                        steps=[[call("add", {"a": 1, "b": 2}, 3)]])),
     ],

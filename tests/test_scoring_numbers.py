@@ -26,6 +26,9 @@ BIG = "9" * 5000
     ("-" + BIG + ".5", [float("-inf")]),
     ("7e1234567", [float("inf")]),
     ("7e-1234567", [0.0]),
+    ("1" + "0" * 400 + "e1", [10**401]),  # an int beyond float range, then an exponent
+    ("-1" + "0" * 4000 + "e-3900", [-(10**100)]),
+    ("1" + "0" * 4200 + "e200", [float("inf")]),  # more than 4,300 digits once scaled
 ])
 def test_numbers_with_exponents_and_beyond_float_range(text, values):
     assert [n.value for n in extract_numbers(text)] == values
@@ -59,3 +62,11 @@ def test_a_huge_number_next_to_the_answer_does_not_hide_it():
 def test_a_number_beyond_float_range_is_reported_as_written():
     m = match_answer(BIG, make_gold(3, "number", [], "en"))
     assert m.extracted.startswith("9999") and len(m.extracted) < 50
+
+
+def test_a_number_gold_from_a_long_integer_string_keeps_every_digit():
+    gold = make_gold("12345678901234567", "number", [], "en")
+    assert gold.number == 12345678901234567
+    assert match_answer("12345678901234567", gold).exact
+    assert not match_answer("12345678901234568", gold).exact
+    assert make_gold("-2.5", "number", [], "en").number == -2.5

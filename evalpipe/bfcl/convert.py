@@ -6,7 +6,9 @@ answers become one gold step per expected call, in the gold form of the plan
 matcher: one acceptable value is written as itself, several as {"$any": [...]},
 and BFCL's "" (the argument may be left out) as "$optional". A literal string
 that starts with "$" is written "$$..." so it is not read as a step reference.
-Irrelevance items expect no call at all (gold_calls []).
+Irrelevance items expect no call at all (gold_calls []); a few live ones offer no
+function at all (an empty list, valid BFCL data). BFCL's `enum` on an array
+parameter lists the values each item may take, so it moves to `items`.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ def schema_of(node: Any, where: str) -> dict[str, Any]:
             out[key] = schema_of(value, f"{where}.items")
         else:
             out[key] = value
+    if out.get("type") == "array" and "enum" in out:
+        # BFCL's enum on an array lists the values each item may take (JSON Schema would
+        # read it as the values the whole list may take, and refuse every list)
+        out["items"] = {**out.get("items", {}), "enum": out.pop("enum")}
     return out
 
 
@@ -145,7 +151,7 @@ def convert_item(category: str, item: dict[str, Any], answer: dict[str, Any] | N
     if len(turns) != 1 or len(turns[0]) != 1 or turns[0][0].get("role") != "user":
         return None
     functions = item.get("function")
-    if not isinstance(functions, list) or not functions:
+    if not isinstance(functions, list):  # [] is valid: an irrelevance item offering no tool
         raise InputError(f"got {functions!r}", field=f"{where}.function",
                          expected="a list of function docs")
     record = {

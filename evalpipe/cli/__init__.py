@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from evalpipe.cli import audit, check, import_cmd, measure, report, retrieve, run, show
+from evalpipe.cli import audit, check, import_cmd, judge, measure, report, retrieve, run, show
 
 
 @click.group()
@@ -19,7 +19,7 @@ def main():
 
 for command in (run.run, run.plan, run.score, check.validate, check.models, report.report,
                 report.compare, retrieve.retrieve, measure.measure_formats, show.show,
-                audit.audit, import_cmd.import_group):
+                audit.audit, judge.judge, import_cmd.import_group):
     main.add_command(command)
 
 if __name__ == "__main__":

@@ -141,4 +141,5 @@ def build_report(run: RunData) -> dict[str, Any]:
             "rescored": run.rescored, "suites": suites, "cells": cell_rows,
             "category_order": order, "accuracy": accuracy, "categories": categories,
             "cost": cost, "repeats": repeats, "audit": run.audit,
-            "unscored": run.scores.get("unscored") or []}
+            "unscored": run.scores.get("unscored") or [],
+            "verdicts": run.scores.get("verdicts") or {}}

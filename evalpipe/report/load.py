@@ -79,7 +79,8 @@ def load_run(path: str | Path, allow_partial: bool = False) -> RunData:
     if (store.path / "scores.json").is_file() and run_status(manifest) == "finished":
         scores = store.read_json("scores.json")
     else:
-        scores = score_in_memory(manifest, questions, samples)
+        scores = score_in_memory(manifest, questions, samples,
+                                 judgements=store.read_judgements())
         rescored = True
     for key in ("groups", "samples"):
         if key not in scores:
@@ -91,10 +92,11 @@ def load_run(path: str | Path, allow_partial: bool = False) -> RunData:
 
 
 def score_in_memory(manifest: dict[str, Any], questions: dict[str, Question],
-                    samples: list[dict[str, Any]], k: int | None = None) -> dict[str, Any]:
+                    samples: list[dict[str, Any]], k: int | None = None,
+                    judgements: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     from evalpipe.scoring.run import score_records
 
-    return score_records(manifest, questions, samples, k=k)
+    return score_records(manifest, questions, samples, k=k, judgements=judgements)
 
 
 # -- facts about cells -------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from evalpipe.report.build import COST_FIELDS, MAIN_METRICS, RATIO_FIELDS, metric_label
-from evalpipe.report.tables import markdown_table, unscored_text
+from evalpipe.report.tables import markdown_table, unscored_text, verdicts_text
 
 DASH = "-"
 
@@ -161,6 +161,7 @@ def render_markdown(data: dict[str, Any]) -> str:
                    "the rates: " + "; ".join(failed) + "\n")
     if data.get("unscored"):
         out.append(unscored_text(data["unscored"]))
+    out.append(verdicts_text({"verdicts": data.get("verdicts")}))
     for metric, _, proportion in MAIN_METRICS:
         header, rows = accuracy_grid(data, metric, proportion)
         out.append(f"## {metric_label(metric, k)}\n")

@@ -36,8 +36,21 @@ def score_table(scores: dict[str, Any]) -> str:
                      fmt_rate(r.get("format_valid")),
                      fmt_mean(r.get("recall@k") or r.get(f"recall@{k}") or r.get("recall")),
                      *[g["categories"].get(c, 0) for c in categories]])
-    return (markdown_table(header, rows) + bfcl_table(scores)
+    return (markdown_table(header, rows) + bfcl_table(scores) + verdicts_text(scores)
             + unscored_text(scores.get("unscored") or []))
+
+
+def verdicts_text(scores: dict[str, Any]) -> str:
+    """Which answer verdicts came from the judge, and how many the rules left undecided."""
+    v = scores.get("verdicts") or {}
+    parts = []
+    if v.get("judge"):
+        parts.append(f"{v['judge']} answer verdicts came from the judge "
+                     f"({', '.join(v.get('judge_models') or [])}; flag `judged`)")
+    if v.get("undecided"):
+        parts.append(f"{v['undecided']} answers the rules left undecided without a judge "
+                     "verdict (flag `undecided`; scored by the rules' reading)")
+    return "".join(f"\n{p}.\n" for p in parts)
 
 
 BFCL_SUITE = "bfcl_"  # the suites evalpipe.bfcl writes: bfcl_simple_python, ...

@@ -1,9 +1,11 @@
-"""How often each answer-extraction variant agrees with a human grader.
+"""How often the answer rules agree with a careful human grader.
 
-The labelled set (tests/data/extraction_labels.jsonl) holds replies, real ones of
-the embedded model and written ones, each labelled right or wrong by the rule
-"would a careful grader accept this as the answer?", with the reason. The
-default variant (answer.DEFAULT_VARIANT) is the one that agrees most.
+Two labelled sets: tests/data/extraction_labels.jsonl (the extraction variants, one
+row per variant) and tests/data/grading_labels.jsonl (replies of the embedded models
+and written ones, each with its class, split and whether it abstains: one row per
+class, counting agreement on the replies the rules decide; they may abstain). Each
+reply is labelled right or wrong by "would a careful grader accept this as the
+answer?", with the reason.
 
     python -m evalpipe.scoring.agreement [LABELS.jsonl]
 """
@@ -19,6 +21,7 @@ from typing import Any
 from evalpipe.scoring.answer import VARIANTS, make_gold, match_answer
 
 LABELS = Path(__file__).resolve().parents[2] / "tests" / "data" / "extraction_labels.jsonl"
+GRADING = LABELS.with_name("grading_labels.jsonl")
 
 
 def load_labels(path: str | Path = LABELS) -> list[dict[str, Any]]:
@@ -52,8 +55,67 @@ def agreement_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return table
 
 
+def class_table(rows: list[dict[str, Any]], by: str = "class") -> list[dict[str, Any]]:
+    """Per value of `by` (and "all"): replies, how many the rules decide, and how many of
+    those they score as the grader did (the default variant)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(str(row.get(by)), []).append(row)
+    groups["all"] = rows
+    out = []
+    for name, members in groups.items():
+        decided = agree = 0
+        for row in members:
+            gold = make_gold(row["answer"], row["answer_type"], row.get("aliases") or [],
+                             row["lang"], row.get("question") or "")
+            m = match_answer(row["reply"], gold)
+            if m.decided:
+                decided += 1
+                agree += m.exact == (row["label"] == "right")
+        out.append({by: name, "n": len(members), "decided": decided, "agree": agree,
+                    "rate": agree / decided if decided else None})
+    return out
+
+
+def abstention_methods(rows: list[dict[str, Any]], folds: int = 5) -> dict[str, Any]:
+    """How two ways of telling an abstention agree with the grader's `abstained` label:
+    the clause rules (abstention.py), and a small classifier (TF-IDF of word and
+    character n-grams, logistic regression) in stratified cross-validation, so that it
+    is never scored on replies it was fitted on."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline, make_union
+
+    from evalpipe.scoring.abstention import abstention
+
+    truth = [bool(r["abstained"]) for r in rows]
+    rules = [abstention(r["reply"]).abstained for r in rows]
+    features = make_union(TfidfVectorizer(ngram_range=(1, 2)),
+                          TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4)))
+    model = make_pipeline(features, LogisticRegression(max_iter=1000, class_weight="balanced"))
+    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=0)
+    learned = cross_val_predict(model, [r["reply"] for r in rows], truth, cv=cv)
+
+    def agree(predicted: Any) -> tuple[int, int]:
+        return sum(bool(p) == t for p, t in zip(predicted, truth)), len(truth)
+
+    return {"abstaining": sum(truth), "rules": agree(rules), "classifier_cv": agree(learned)}
+
+
 def main(argv: list[str]) -> int:
     rows = load_labels(argv[0] if argv else LABELS)
+    if rows and "class" in rows[0]:
+        for by in ("class", "split", "source"):
+            for row in class_table(rows, by):
+                rate = "-" if row["rate"] is None else f"{100 * row['rate']:5.1f}%"
+                print(f"{by:6s} {row[by]:34s} n {row['n']:4d}  decided {row['decided']:4d}  "
+                      f"agree {row['agree']:4d}  {rate}")
+        methods = abstention_methods(rows)
+        for name in ("rules", "classifier_cv"):
+            agree, n = methods[name]
+            print(f"abstention {name:14s} {agree}/{n} ({methods['abstaining']} abstain)")
+        return 0
     for row in agreement_table(rows):
         parts = "  ".join(f"{k} {a}/{n}" for k, (a, n) in row["by"].items())
         print(f"{row['variant']:11s} {row['agree']:4d}/{row['n']}  {100 * row['rate']:5.1f}%  "

@@ -38,15 +38,17 @@ from decimal import Decimal
 from typing import Any
 
 from evalpipe.answer_line import final_answer_line
-from evalpipe.scoring import candidates
+from evalpipe.scoring import candidates, quantities
+from evalpipe.scoring.abstention import abstention
 from evalpipe.scoring.extract import (
     Number,
     abstain_phrase,
     abstain_phrase_loose,
     extract_numbers,
-    has_number_words,
 )
+from evalpipe.scoring.magnitude import spelled_as_digits
 from evalpipe.scoring.normalize import contains_phrase, strip_diacritics, text_key
+from evalpipe.scoring.quantities import Amount, Date
 
 REL_TOL = 1e-6
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")
@@ -82,6 +84,41 @@ class Gold:
     loose: tuple[str, ...]  # the same without diacritics
     question_numbers: frozenset = frozenset()  # numbers the question states (echoes)
     question_words: frozenset = frozenset()  # its words, text_key form ("how many requests")
+    texts: tuple[str, ...] = ()  # the answer and aliases as written (names, identifiers)
+    value: GoldValue | None = None  # a date, duration or amount: compared by value
+
+
+@dataclass(frozen=True, slots=True)
+class GoldValue:
+    """A text gold that is a value (quantities.py): its dates, durations or amounts (the
+    answer's and its aliases'), and the years the question names."""
+
+    dates: tuple[Date, ...] = ()
+    durations: tuple[float, ...] = ()
+    clock: bool = False  # a duration gold written "2:40": read "H:MM" in replies as one
+    amounts: tuple[Amount, ...] = ()
+    question_years: frozenset[int] = frozenset()
+
+
+def gold_value(texts: list[str], lang: str, question: str) -> GoldValue | None:
+    dates, durations, amounts, clock = [], [], [], False
+    for text in texts:
+        found = quantities.find_dates(text, lang)
+        if len(found) == 1 and quantities.whole(text, found[0].start, found[0].end):
+            dates.append(found[0])
+            continue
+        spans = quantities.find_durations(text, clock=True)
+        if len(spans) == 1 and quantities.whole(text, spans[0].start, spans[0].end):
+            durations.append(spans[0].seconds)
+            clock |= ":" in text
+            continue
+        amount = quantities.gold_amount(text, lang)
+        if amount is not None:
+            amounts.append(amount)
+    if not (dates or durations or amounts):
+        return None
+    years = frozenset(int(y) for y in re.findall(r"(?<!\d)\d{4}(?!\d)", question))
+    return GoldValue(tuple(dates), tuple(durations), clock, tuple(amounts), years)
 
 
 @dataclass(slots=True)
@@ -94,6 +131,7 @@ class AnswerMatch:
     number_words: bool
     reply_key: str
     rule: str | None = None  # which extraction rule read the answer (docs/scoring.md)
+    decided: bool = True  # False: the rules abstain; `exact` is their best reading
 
 
 def _decimals(value: float) -> int:
@@ -101,12 +139,21 @@ def _decimals(value: float) -> int:
     return -exponent if isinstance(exponent, int) and exponent < 0 else 0
 
 
+def _gold_number(text: str) -> int | float:
+    """A number gold given as a string: an integer keeps every digit ("12345678901234567"
+    is not rounded through a float); anything else is read by float()."""
+    stripped = text.strip()
+    if re.fullmatch(r"[-+]?\d+", stripped):
+        return int(stripped)
+    return float(stripped)
+
+
 def make_gold(answer: Any, answer_type: str, aliases: list[str], lang: str,
               question: str = "") -> Gold:
     number = None
     decimals = 0
     if answer_type == "number":
-        number = answer if isinstance(answer, (int, float)) else float(answer)
+        number = answer if isinstance(answer, (int, float)) else _gold_number(str(answer))
         if isinstance(number, float) and number.is_integer() and abs(number) < 2**63:
             number = int(number)
         decimals = 0 if isinstance(number, int) else _decimals(number)
@@ -114,8 +161,9 @@ def make_gold(answer: Any, answer_type: str, aliases: list[str], lang: str,
     keys = tuple(k for k in dict.fromkeys(text_key(t) for t in texts) if k)
     loose = tuple(dict.fromkeys(strip_diacritics(k) for k in keys))
     numbers = frozenset(n.value for n in extract_numbers(question, lang))
+    value = gold_value(texts, lang, question) if answer_type == "text" else None
     return Gold(answer_type, lang, number, decimals, keys, loose, numbers,
-                frozenset(text_key(question).split()))
+                frozenset(text_key(question).split()), tuple(texts), value)
 
 
 def numbers_match(got: int | float, decimals: int, gold: Gold) -> bool:
@@ -152,13 +200,14 @@ def _answer_text(reply: str, variant: Variant) -> tuple[str, bool]:
     return reply, False
 
 
-def _abstained(reply_key: str, variant: Variant) -> str | None:
-    """The don't-know phrase of the reply, unless a guess follows it."""
-    phrase = abstain_phrase(reply_key)
-    if phrase is not None and variant.rules and candidates.guesses_after(reply_key,
-                                                                          text_key(phrase)):
-        return None
-    return phrase
+def _abstained(reply: str, reply_key: str, gold: Gold, variant: Variant) -> str | None:
+    """What shows that the reply abstains, or None. With the rules: the clause that says
+    the information is missing (abstention.py: by meaning, and not when an answer is
+    stated after it); without them (version 1): any don't-know phrase."""
+    if variant.rules:
+        found = abstention(reply, gold.question_numbers)
+        return found.evidence if found.abstained else None
+    return abstain_phrase(reply_key)
 
 
 def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> AnswerMatch:
@@ -169,30 +218,40 @@ def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> A
         chosen, rule = candidates.answer_number(text, pool, gold.question_numbers,
                                                 gold.question_words)
         # two counts of the same thing and nothing marks one as the answer: ambiguous
-        if rule == "last" and candidates.conflicting(text, pool, chosen):
+        if rule.endswith("last") and candidates.conflicting(text, pool, chosen):
             rule = "conflict"
+        elif (chosen is not None and not rule.endswith("equals")
+              and candidates.range_or_alternative(text, pool, chosen)):
+            rule = "range"  # "20-40", "42 hoặc 43": no single answer
     else:
         chosen, rule = (pool[-1], "last") if pool else (None, "none")
-    words = has_number_words(text, text_key(text) if on_line else reply_key, chosen)
-    exact = (chosen is not None and rule != "conflict"
+    words = chosen is not None and (chosen.spelled or chosen.scale > 1)
+    exact = (chosen is not None and rule not in ("conflict", "range")
              and numbers_match(chosen.value, chosen.decimals, gold))
+    # The rules abstain when only the last-number fallback chose and another candidate
+    # would change the verdict: a grader (or the judge) has to read it.
+    decided = not (variant.rules and rule.endswith("last") and any(
+        numbers_match(n.value, n.decimals, gold) != exact
+        for n in candidates.candidate_numbers(text, pool, gold.question_numbers,
+                                              gold.question_words) if n is not chosen))
     if on_line:
         rule = "final_line+" + rule
     last: Number | None = numbers[-1] if numbers else None
-    strict = (exact and len(numbers) == 1 and last is not None
+    strict = (exact and len(numbers) == 1 and last is not None and not words
               and not _LETTER_OR_DIGIT.search(reply, 0, last.start)
               and not _LETTER_OR_DIGIT.search(reply, last.end))
     lenient = exact or any(
         numbers_match(n.value, n.decimals, gold)
         or (n.alt is not None and numbers_match(n.alt, 0 if isinstance(n.alt, int) else 3, gold))
         for n in numbers)
-    abstained = _abstained(reply_key, variant) is not None
+    abstained = _abstained(reply, reply_key, gold, variant) is not None
     extracted = None if chosen is None else chosen.value
     if isinstance(extracted, float) and not math.isfinite(extracted):
         # beyond float range: report it as written (clipped), since JSON has no inf
         written = text[chosen.start:chosen.end]
         extracted = written if len(written) <= 40 else written[:40] + "..."
-    return AnswerMatch(exact, strict, lenient, extracted, abstained, words, reply_key, rule)
+    return AnswerMatch(exact, strict, lenient, extracted, abstained, words, reply_key, rule,
+                       decided)
 
 
 def _text_stated(text: str, key: str, phrase: str, gold: Gold) -> bool:
@@ -206,13 +265,71 @@ def _text_stated(text: str, key: str, phrase: str, gold: Gold) -> bool:
     return True
 
 
+def _value_match(text: str, gold: Gold) -> tuple[bool, bool, Any] | None:
+    """(matches, decided, the value read) for a gold that is a date, duration or amount,
+    from the values the reply states outside parentheses; None when it states none."""
+    value = gold.value
+    assert value is not None
+    text = spelled_as_digits(text)  # "two hours and forty minutes"
+    def kept(items):
+        return [i for i in items if not candidates.inside_parentheses(text, i.start)
+                and not candidates.negated_before(text, i.start)]
+
+    if value.dates:
+        found = kept(quantities.find_dates(text, gold.lang))
+        if found:
+            verdicts = [quantities.date_matches(d, g, value.question_years)
+                        for d in found for g in value.dates]
+            if True in verdicts:
+                return True, True, _date_text(found[verdicts.index(True) // len(value.dates)])
+            return False, None not in verdicts, _date_text(found[-1])
+    if value.durations:
+        spans = kept(quantities.find_durations(text, clock=value.clock))
+        if spans:
+            hit = next((d for d in spans if any(abs(d.seconds - g) < 0.5
+                                                for g in value.durations)), None)
+            return hit is not None, True, (hit or spans[-1]).seconds
+    if value.amounts:
+        amounts = kept(quantities.find_amounts(text, gold.lang))
+        units = {a.unit for a in value.amounts}
+        fitting = [a for a in amounts if a.unit is None or a.unit in units]
+        if fitting:
+            hit = next((a for a in fitting if any(a.value == g.value for g in value.amounts)),
+                       None)
+            return hit is not None, True, (hit or fitting[-1]).value
+    return None
+
+
+def _date_text(d: Date) -> str:
+    return f"{d.year or '????'}-{d.month:02d}-{d.day:02d}"
+
+
 def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> AnswerMatch:
     text, on_line = _answer_text(reply, variant)
     key = text_key(text) if on_line else reply_key
+    decided = True
     if variant.rules:
-        found = next((k for k in gold.keys if _text_stated(text, key, k, gold)), None)
-        rule = "phrase" if found is not None else (
-            "negated_or_conflict" if any(contains_phrase(key, k) for k in gold.keys) else "none")
+        rule = ""
+        corrected = candidates.correction_point(text)
+        if corrected and _LETTER_OR_DIGIT.search(text, corrected):
+            text, rule = text[corrected:], "corrected+"  # the correction replaces the rest
+        key = text_key(text)
+        by_value = _value_match(text, gold) if gold.value is not None else None
+        found = None
+        for raw in gold.texts:  # each accepted answer on the reply without its other names
+            masked = candidates.mask_other_names(text, raw, gold.keys)
+            k = text_key(raw)
+            if k and _text_stated(masked, text_key(masked), k, gold):
+                found = k
+                break
+        if by_value is not None and found is None:
+            matched, decided, read = by_value
+            found = read if matched else None
+            rule += "value" if decided else "value_ambiguous"
+        else:
+            rule += "phrase" if found is not None else (
+                "negated_or_conflict" if any(contains_phrase(key, k) for k in gold.keys)
+                else "none")
     else:
         found = next((k for k in gold.keys if contains_phrase(key, k)), None)
         rule = "phrase" if found is not None else "none"
@@ -224,18 +341,18 @@ def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> Ans
     if not lenient:
         loose = strip_diacritics(reply_key)
         lenient = any(contains_phrase(loose, k) for k in gold.loose)
-    abstained = _abstained(reply_key, variant) is not None
-    return AnswerMatch(exact, strict, lenient, found, abstained, False, reply_key, rule)
+    abstained = _abstained(reply, reply_key, gold, variant) is not None
+    return AnswerMatch(exact, strict, lenient, found, abstained, False, reply_key, rule, decided)
 
 
 def _abstain_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> AnswerMatch:
     text, on_line = _answer_text(reply, variant)
     key = text_key(text) if on_line else reply_key
     strict = reply_key in gold.keys
-    phrase = _abstained(key, variant)
-    rule = "abstain_phrase"
+    phrase = _abstained(text, key, gold, variant)
+    rule = "abstain_clause" if variant.rules else "abstain_phrase"
     if phrase is None and abstain_phrase(key) is not None:
-        rule = "guess"  # a don't-know phrase, then a guess: an answer after all
+        rule = "guess"  # a don't-know phrase, then an answer: an answer after all
     elif phrase is None:
         phrase = next((k for k in gold.keys if contains_phrase(key, k)), None)
         rule = "gold_phrase" if phrase is not None else "none"

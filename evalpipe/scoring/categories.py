@@ -4,9 +4,12 @@ The ladder (DESIGN.md, "Failure categories"):
 
  1. infra_error          the backend or the harness failed (stop_reason infra_error,
                          a sample error, or a generation that finished with "error")
- 2. tool_failure         a tool raised or timed out on a call the model rightly made
-                         (a timeout, or an exception on a call matching a gold step);
-                         kept out of every rate like infra_error
+ 2. tool_failure         a tool failed (raised, timed out, bad result) before any
+                         mistake of the model was visible: the failed call and every
+                         call before it are asked for by the gold plan, and no reply up
+                         to it was malformed or invalid (plan.tool_failed); kept out of
+                         every rate like infra_error. Otherwise the model's mistake
+                         decides the rung, as if the tool had not failed.
  3. correct              exact match; for abstain questions: the model abstained
  4. malformed_call       a tool-call attempt did not parse (after the lenient parse)
  5. unknown_tool         a call named a tool that was not offered
@@ -61,6 +64,7 @@ DISPLAY_ORDER = ("correct", "infra_error", "tool_failure", SCORER_ERROR,
 FLAGS = (
     "wrong_language", "abstained", "correct_without_retrieval", "repaired_format",
     "parallel_calls", "truncated_tool_output", "number_words", "length_limit", "tool_error",
+    "judged", "undecided",
 )
 
 
@@ -106,8 +110,8 @@ def decide(f: Facts) -> Verdict:
     if f.infra:
         return _verdict("infra_error", "the backend or the harness failed")
     if f.tool_failure:
-        return _verdict("tool_failure", "a tool raised or timed out on a call the model "
-                        "rightly made")
+        return _verdict("tool_failure", "a tool failed on a call the model rightly made, "
+                        "before any mistake of the model")
     if f.correct:
         return _verdict("correct", "the model abstained" if f.abstain_gold
                         else "the extracted answer matches the gold")

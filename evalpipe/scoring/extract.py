@@ -18,18 +18,20 @@ after one ("5kg") does not hide it. Separators:
   other reading is kept as `alt` for the lenient variant.
 - anything else ("1.2.3", "12.05.2023") is read as separate numbers.
 
-Number words ("bảy triệu", "seven million", "7 triệu") are never turned into
-numbers; they raise the number_words flag.
+Magnitudes and number words (magnitude.py): "186k", "2tr", "1,2 triệu", "3 nghìn",
+"1.5M" and "2 triệu 500 nghìn" are read as the numbers they stand for, and so are
+exact numbers spelled in words ("forty-two", "hai trăm chín mươi tư"); they raise
+the number_words flag.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from dataclasses import dataclass
 from decimal import Decimal
 
+from evalpipe.scoring.magnitude import scale_after, scaled_value, spelled_numbers
 from evalpipe.scoring.normalize import strip_diacritics, text_key
 
 _SPACES = "\u0020\u00a0\u2009\u202f"
@@ -51,6 +53,8 @@ class Number:
     decimals: int  # digits written after the decimal mark
     start: int  # offset of the match in the reply
     end: int
+    scale: int = 1  # a magnitude written after it ("186k", "3 nghìn", "1.5M"): 1000, ...
+    spelled: bool = False  # written in words ("forty-two", "hai trăm chín mươi tư")
 
 
 def _to_value(integer: str, fraction: str, sign: str) -> tuple[int | float, int]:
@@ -66,11 +70,11 @@ def _to_value(integer: str, fraction: str, sign: str) -> tuple[int | float, int]
 def _scaled(value: int | float, exponent: str) -> tuple[int | float, None, int]:
     """value x 10^exponent, read exactly: an int when integral and of bounded size,
     else the nearest float (inf or 0.0 beyond float range; never raises)."""
-    if not math.isfinite(value) or value == 0:
+    if value == 0 or (isinstance(value, float) and not math.isfinite(value)):
         return value, None, 0
     if len(exponent.lstrip("+-")) > 6:  # beyond any float: infinite or zero
         return (0.0 if exponent.startswith("-") else math.copysign(math.inf, value)), None, 0
-    scaled = Decimal(f"{value!r}E{exponent}")
+    scaled = Decimal(f"{value!r}E{exponent}")  # exact for ints of any length, too
     if scaled.adjusted() >= MAX_DIGITS:
         return float(scaled), None, 0
     if scaled == scaled.to_integral_value():
@@ -184,9 +188,42 @@ def extract_numbers(text: str, lang: str = "en") -> list[Number]:
         if exponent is not None and len(parsed) == 1:
             parsed = [(*_scaled(parsed[0][0], exponent.group(1)),)]
             end = consumed = exponent.end()
+        if len(parsed) == 1 and (scale := scale_after(text, end)) is not None:
+            first = parsed[0][0]
+            finite = isinstance(first, int) or math.isfinite(first)
+            value = scaled_value(first, scale) if finite else first
+            alt = parsed[0][1]
+            parsed = [(value, None if alt is None else scaled_value(alt, scale),
+                       0 if isinstance(value, int) else parsed[0][2])]
+            end = consumed = scale.end
+            numbers.append(Number(*parsed[0], start, end, scale.factor))
+            continue
         for value, alt, decimals in parsed:
             numbers.append(Number(value, alt, decimals, start, end))
+    numbers = _joined_magnitudes(text, numbers)
+    spelled = [Number(w.value, None, 0, w.start, w.end, spelled=True)
+               for w in spelled_numbers(text) if not any(n.start < w.end and w.start < n.end
+                                                         for n in numbers)]
+    if spelled:
+        numbers = sorted(numbers + spelled, key=lambda n: n.start)
     return numbers
+
+
+_JOIN = re.compile(r"(?:[ \u00a0]+(?:and|và|lẻ|linh)?)?[ \u00a0]*$")
+
+
+def _joined_magnitudes(text: str, numbers: list[Number]) -> list[Number]:
+    """ "2 triệu 500 nghìn", "1 million 200 thousand": one number, the sum of its parts
+    (each with a smaller magnitude than the one before)."""
+    out: list[Number] = []
+    for n in numbers:
+        last = out[-1] if out else None
+        if (last is not None and last.scale > n.scale > 1 and isinstance(last.value, int)
+                and isinstance(n.value, int) and _JOIN.match(text[last.end:n.start])):
+            out[-1] = Number(last.value + n.value, None, 0, last.start, n.end, n.scale)
+        else:
+            out.append(n)
+    return out
 
 
 def last_number(text: str, lang: str = "en") -> Number | None:
@@ -242,35 +279,6 @@ def abstain_phrase_loose(reply_loose_key: str) -> str | None:
     """The same on a reply without diacritics ("khong biet"); for the lenient variant."""
     m = _ABSTAIN_LOOSE.search(reply_loose_key)
     return _ABSTAIN_BY_LOOSE[m.group(1)] if m else None
-
-
-# --- number words ------------------------------------------------------------------------
-
-_SCALE_WORDS = ("hundred", "thousand", "million", "billion", "trillion",
-                "trăm", "nghìn", "ngàn", "triệu", "tỷ", "tỉ")
-# Words that are also everyday words ("one", "một", "ba", "năm", "không") are left out.
-_DIGIT_WORDS = (
-    "zero", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-    "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
-    "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
-    "hai", "bốn", "sáu", "bảy", "tám", "chín", "mười", "mươi",
-)
-_SCALE_RE = re.compile(r"(?:^| )(?:" + "|".join(text_key(w) for w in _SCALE_WORDS) + r")(?: |$)")
-_NUMBER_WORD_RE = re.compile(
-    r"(?:^| )(?:" + "|".join(text_key(w) for w in _SCALE_WORDS + _DIGIT_WORDS) + r")(?: |$)")
-_SCALE_AFTER_NUMBER = re.compile(
-    r"[\s\u00a0]*(?:" + "|".join(_SCALE_WORDS) + r")(?!\w)", re.IGNORECASE)
-
-
-def has_number_words(reply: str, reply_key: str, last: Number | None) -> bool:
-    """The reply spells its number out: number words and no digits, or a scale word
-    right after the last number ("7 million", "7 triệu")."""
-    if last is None:
-        return bool(_NUMBER_WORD_RE.search(reply_key))
-    after = reply[last.end:last.end + 24]
-    if not after.isascii():
-        after = unicodedata.normalize("NFC", after)
-    return bool(_SCALE_AFTER_NUMBER.match(after))
 
 
 # --- language ----------------------------------------------------------------------------

@@ -390,18 +390,36 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]],
 TOOL_FAILURES = frozenset({"tool_exception", "timeout", "bad_result"})
 
 
+MODEL_ERRORS = frozenset({"unknown_tool", "invalid_arguments"})
+
+
 def tool_failed(turns: list[dict[str, Any]], gold: list[dict[str, Any]] | None) -> bool:
-    """A tool failed the model, not the other way round: a call timed out, or a tool
-    raised on a call that a gold step asks for (same tool, matching arguments, with
-    references read as the gold plan's own results). A tool refusing a call the plan
-    does not ask for (divide by zero) stays the model's mistake."""
-    failed = [e for t in turns for e in t.get("tool_events") or ()
-              if e.get("error") in TOOL_FAILURES]
-    if any(e.get("error") == "timeout" for e in failed):
-        return True
-    if not failed or not gold:
+    """The tool spoiled the sample, not the model: a call failed (timed out, raised or
+    returned `bad_result`) and no mistake of the model was visible before it.
+
+    Visible before the failure: a reply that did not parse or named an unknown tool or
+    broke a schema, in the failure's turn or earlier; a call that ran before it (in
+    order) and that no gold step asks for; the failed call itself when no gold step asks
+    for it (a divide by zero, a timeout on a wrong operand). With no gold plan to judge
+    by, only a timeout on a well-formed call counts; with an empty plan any call was
+    already the mistake."""
+    events = [(t_index, e) for t_index, turn in enumerate(turns)
+              for e in turn.get("tool_events") or ()]
+    failures = [i for i, (_, e) in enumerate(events) if e.get("error") in TOOL_FAILURES]
+    if not failures or gold == []:
         return False
+    first = failures[0]
+    turn_of_failure, failed = events[first]
+    if any(turn.get("parse_errors") for turn in turns[:turn_of_failure + 1]):
+        return False
+    if any(e.get("error") in MODEL_ERRORS for t, e in events if t <= turn_of_failure):
+        return False
+    if gold is None:
+        return failed.get("error") == "timeout"
     _, expected = _compiled(gold)
-    return any(e.get("name") == step["name"]
-               and arguments_match(step["name"], e.get("arguments"), _resolve(step, expected))
-               for e in failed for step in gold)
+
+    def asked(event: dict[str, Any]) -> bool:
+        return any(event.get("name") == step["name"] and arguments_match(
+            step["name"], event.get("arguments"), _resolve(step, expected)) for step in gold)
+
+    return all(asked(e) for _, e in events[:first + 1])

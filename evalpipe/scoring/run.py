@@ -9,6 +9,7 @@ from evalpipe.questions import Question
 from evalpipe.records import SCHEMA_VERSION
 from evalpipe.scoring.aggregate import aggregate
 from evalpipe.scoring.categories import SCORER_ERROR
+from evalpipe.scoring.judging import sample_key
 from evalpipe.scoring.plan import RULE_SETS
 from evalpipe.scoring.score import SCORER_VERSION, score_sample
 
@@ -40,9 +41,13 @@ def match_rules(manifest: dict[str, Any]) -> str:
 
 def score_records(manifest: dict[str, Any], questions: dict[str, Question],
                   samples: list[dict[str, Any]], k: int | None = None,
-                  source: str = "samples.jsonl") -> dict[str, Any]:
+                  source: str = "samples.jsonl",
+                  judgements: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """scores.json content: every sample scored, the per cell x suite aggregates, and
-    "unscored": the samples the scorer failed on (a scorer bug must not cost a run)."""
+    "unscored": the samples the scorer failed on (a scorer bug must not cost a run).
+    `judgements` are the judge's recorded verdicts (judgements.jsonl), read, never made."""
+    by_sample = {(j["cell_id"], j["question_id"], int(j.get("repeat") or 0)): j
+                 for j in judgements or ()}
     k = k or int((manifest.get("config") or {}).get("k", 3))
     rules = match_rules(manifest)
     scored = []
@@ -52,13 +57,20 @@ def score_records(manifest: dict[str, Any], questions: dict[str, Question],
         if q is None:
             raise InputError(f"sample for unknown question {s['question_id']!r}", file=source)
         try:
-            scored.append(score_sample(s, q, k=k, rules=rules))
+            scored.append(score_sample(s, q, k=k, rules=rules,
+                                       judgement=by_sample.get(sample_key(s))))
         except Exception as exc:  # noqa: BLE001 -- recorded per sample, the rest is scored
             scored.append(unscored(s, q, exc))
             failed.append({key: scored[-1][key] for key in
                            ("cell_id", "question_id", "repeat", SCORER_ERROR)})
     for record in scored:
         record["schema_version"] = SCHEMA_VERSION
+    judged = [r for r in scored if r.get("verdict_source") == "judge"]
     return {"run_id": manifest.get("run_id"), "scorer_version": SCORER_VERSION, "k": k,
             "schema_version": SCHEMA_VERSION, "groups": aggregate(scored), "samples": scored,
-            "unscored": failed}
+            "unscored": failed,
+            "verdicts": {"judge": len(judged),
+                         "judge_models": sorted({str((r.get("judge") or {}).get("model"))
+                                                 for r in judged}),
+                         "undecided": sum(r.get("verdict_source") == "rules_undecided"
+                                          for r in scored)}}

@@ -19,7 +19,7 @@ from evalpipe.scoring.extract import detect_language
 from evalpipe.scoring.plan import Executed, PlanResult, executed_calls, match_plan, tool_failed
 from evalpipe.scoring.retrieval_metrics import covers, retrieval_scores
 
-SCORER_VERSION = "2"
+SCORER_VERSION = "3"  # 3: answer classes and abstention by meaning, judge verdicts
 DETECTED_LANGUAGES = frozenset({"vi", "en"})
 SEARCH_TOOL = "search_site"
 
@@ -247,8 +247,13 @@ def facts(sample: dict[str, Any], question: Question, gold: Gold, m: AnswerMatch
 # --- stage: flags -----------------------------------------------------------------------
 
 def flags(question: Question, gold: Gold, final: str, m: AnswerMatch, calls: CallStats,
-          retrieval: RetrievalStage, stop_reason: str) -> list[str]:
+          retrieval: RetrievalStage, stop_reason: str, verdict_source: str = "rules"
+          ) -> list[str]:
     out = []
+    if verdict_source == "judge":
+        out.append("judged")
+    elif verdict_source == "rules_undecided" and gold.answer_type != "calls":
+        out.append("undecided")
     if gold.lang in DETECTED_LANGUAGES and final:
         detected = detect_language(final, m.reply_key)
         if detected is not None and detected != gold.lang:
@@ -280,10 +285,23 @@ def calls_verdict(calls: CallStats, plan: PlanStage) -> bool:
     return calls.format_valid is not False and bool(plan.result and plan.result.exact)
 
 
+def apply_judgement(m: AnswerMatch, judgement: dict[str, Any] | None
+                    ) -> tuple[AnswerMatch, str]:
+    """The answer verdict and where it came from: "judge" when a recorded judgement gives
+    a consistent verdict, else "rules" (or "rules_undecided" where the rules abstain)."""
+    verdict = judgement.get("verdict") if judgement else None
+    if isinstance(verdict, bool):
+        return replace(m, exact=verdict, strict=m.strict and verdict,
+                       lenient=m.lenient or verdict), "judge"
+    return m, "rules" if m.decided else "rules_undecided"
+
+
 def score_sample(sample: dict[str, Any], question: Question, k: int = 3,
-                 rules: str = "evalpipe") -> dict[str, Any]:
+                 rules: str = "evalpipe", judgement: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
     """Score one sample against its question; `rules`: the argument rule set of the
-    plan matcher (scoring/plan.py RULE_SETS). See docs/scoring.md for every field."""
+    plan matcher (scoring/plan.py RULE_SETS); `judgement`: the judge's recorded verdict on
+    this sample (evalpipe/judge.py), if any. See docs/scoring.md for every field."""
     settings = sample.get("settings") or {}
     turns = sample.get("turns") or []
     final = sample.get("final_answer") or ""
@@ -292,7 +310,7 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3,
     offered = set(offered_list) if offered_list is not None else None
     gold = gold_for(question)
 
-    m = match_answer(final, gold)
+    m, verdict_source = apply_judgement(match_answer(final, gold), judgement)
     calls = call_stats(turns, offered)
     plan = plan_stage(question, turns, offered, mode, rules)
     if gold.answer_type == "calls":  # no answer to read: the calls are the answer
@@ -329,6 +347,8 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3,
         "exact_lenient": m.lenient,
         "extracted": m.extracted,
         "extraction": m.rule,
+        "verdict_source": verdict_source,
+        "judge": _judge_record(judgement),
         "format_valid": calls.format_valid,
         "format_valid_strict": calls.format_valid_strict,
         "calls_attempted": calls.attempted,
@@ -351,9 +371,17 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3,
             "plan": _plan_why(plan),
         },
         "flags": flags(question, gold, final, m, calls, retrieval,
-                       sample.get("stop_reason") or ""),
+                       sample.get("stop_reason") or "", verdict_source),
         "cost": cost(sample, turns),
     }
+
+
+def _judge_record(judgement: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the scored sample keeps of a judgement (judgements.jsonl has the prompts)."""
+    if not judgement:
+        return None
+    return {k: judgement.get(k) for k in ("model", "verdict", "verdicts", "consistent",
+                                           "reason", "raw", "use")}
 
 
 def _plan_why(plan: PlanStage) -> dict[str, Any] | None:

@@ -1,0 +1,80 @@
+"""evalpipe judge: grade a run's free-form answers with a model, and measure the judge."""
+
+from __future__ import annotations
+
+import click
+
+from evalpipe.cli.common import handle_errors
+
+
+def _settings(judge_file: str | None, model: str | None, run_dir: str | None) -> dict:
+    """The judge section: from --judge FILE (a YAML holding `judge:`), --model ID, or the
+    run's own config."""
+    from evalpipe.config import parse_config
+    from evalpipe.errors import InputError
+
+    if judge_file:
+        import yaml
+
+        with open(judge_file, encoding="utf-8") as f:
+            text = f.read()
+        raw = yaml.safe_load(text) or {}
+        section = raw.get("judge", raw) if isinstance(raw, dict) else raw
+        config = parse_config({"questions": ["-"], "judge": section}, source=judge_file)
+        return config.judge or {}
+    if model:
+        return parse_config({"questions": ["-"], "judge": {"model": model}}).judge or {}
+    if run_dir:
+        from evalpipe.store import RunStore
+
+        judge = (RunStore(run_dir).read_json("manifest.json").get("config") or {}).get("judge")
+        if judge:
+            return judge
+    raise InputError("no judge given", field="--judge",
+                     expected="--judge FILE, --model ID, or a run whose config has `judge:`")
+
+
+@click.command()
+@click.argument("run_dir", required=False, type=click.Path(exists=True, file_okay=False))
+@click.option("--judge", "judge_file", type=click.Path(exists=True, dir_okay=False),
+              help="YAML file with a `judge:` section (model entry, use, max_new_tokens).")
+@click.option("--model", help="A model id (alias, folder or .gguf) for the judge.")
+@click.option("--use", type=click.Choice(["undecided", "all"]), default=None,
+              help="Judge where the rules abstain (default) or every free-form answer.")
+@click.option("--agreement", is_flag=True,
+              help="Measure the judge on a labelled set: Cohen's kappa and raw agreement, "
+                   "with the rules' beside it (written to RUN_DIR/judge.json with a run).")
+@click.option("--labels", type=click.Path(exists=True, dir_okay=False),
+              help="The labelled set (default tests/data/grading_labels.jsonl).")
+@click.option("--limit", type=click.IntRange(min=1), help="Only the first N labelled replies.")
+@handle_errors
+def judge(run_dir, judge_file, model, use, agreement, labels, limit):
+    """Grade RUN_DIR's free-form answers with a model-graded judge (where the rules
+    abstain, or all with --use all), record judgements.jsonl and re-score the run; with
+    --agreement, print the judge's agreement with a labelled set next to the rules'."""
+    from evalpipe.cache import GenerationCache
+    from evalpipe.errors import InputError
+    from evalpipe.judge import LABELS, Judge, judge_agreement, judge_run, load_labels
+    from evalpipe.runner import agreement_line, score_run
+    from evalpipe.store import RunStore
+
+    if run_dir is None and not agreement:
+        raise InputError("nothing to do", field="RUN_DIR",
+                         expected="a run directory, or --agreement")
+    settings = _settings(judge_file, model, run_dir)
+    cache = GenerationCache()
+    grader = Judge(settings["model"], settings.get("max_new_tokens") or 64, cache)
+    if run_dir is not None:
+        counts = judge_run(run_dir, grader, use or settings.get("use") or "undecided",
+                           echo=click.echo)
+        score_run(RunStore(run_dir))
+        click.echo(f"judged {counts['judged']} answers ({counts['consistent']} consistent in "
+                   f"both orders); wrote {run_dir}/judgements.jsonl and re-scored")
+    if agreement:
+        path = labels or settings.get("labels") or str(LABELS)
+        rows = load_labels(path)[:limit] if limit else load_labels(path)
+        measured = judge_agreement(grader, rows)
+        click.echo(agreement_line(measured))
+        if run_dir is not None:
+            RunStore(run_dir).write_json("judge.json", {**measured, "labels_path": path})
+            click.echo(f"wrote {run_dir}/judge.json")

@@ -1,0 +1,171 @@
+"""The model-graded judge: any evalpipe backend grades free-form answers, and its
+agreement with a labelled set is measured before it is trusted.
+
+The judge is configured like a model (`judge.model` is a `models:` entry: an embedded
+model, a llama.cpp or vLLM server, any OpenAI-compatible API). It is asked only where
+the rules abstain (`use: undecided`, the default) or, by explicit choice, on every
+free-form answer (`use: all`); never silently. Each reply is judged twice, the
+reference before and after it (scoring/judging.py), greedy; the verdict counts when
+both agree. Every judgement records the judge's model, both prompts, both raw
+replies, the verdict and the reason in the run's judgements.jsonl, which `evalpipe
+score` reads without loading the judge; the judge's replies also go through the
+generation cache, so judging a run again costs nothing.
+
+`judge_agreement` runs the judge over a labelled set (tests/data/grading_labels.jsonl by
+default) and returns Cohen's kappa and raw agreement (scikit-learn) for the judge and,
+beside it, for the rules on the items the rules decide.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from evalpipe.backends import load_backend
+from evalpipe.backends.base import Backend, GenerationSettings
+from evalpipe.cache import GenerationCache
+from evalpipe.errors import InputError
+from evalpipe.questions import Question
+from evalpipe.scoring.answer import make_gold, match_answer
+from evalpipe.scoring.judging import (
+    RUBRIC_VERSION,
+    USES,
+    applies,
+    combine,
+    judge_messages,
+    parse_verdict,
+    sample_key,
+)
+from evalpipe.scoring.score import gold_for
+from evalpipe.store import RunStore
+
+LABELS = Path(__file__).resolve().parents[1] / "tests" / "data" / "grading_labels.jsonl"
+DEFAULT_MAX_NEW_TOKENS = 64
+
+
+def _reference(answer: Any, aliases: list[str] | tuple[str, ...]) -> str:
+    extra = f" (also accepted: {', '.join(map(str, aliases))})" if aliases else ""
+    return f"{answer}{extra}"
+
+
+class Judge:
+    """A backend that grades replies; `model` is a `models:` config entry."""
+
+    def __init__(self, model: dict[str, Any], max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                 cache: GenerationCache | None = None, backend: Backend | None = None):
+        self.model = model
+        self.backend = backend or load_backend(model)
+        self.settings = GenerationSettings(max_new_tokens=max_new_tokens, temperature=0.0)
+        self.cache = cache
+
+    @property
+    def name(self) -> str:
+        return str(self.model.get("id"))
+
+    def grade(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """items: {question, answer, aliases, answer_type, lang, reply} -> one judgement
+        each: the prompts (reference first, then last), raw replies, verdicts, verdict."""
+        prompts, messages = [], []
+        for item in items:
+            for first in (True, False):
+                msgs = judge_messages(str(item["question"]),
+                                      _reference(item["answer"], item.get("aliases") or ()),
+                                      str(item["reply"]), str(item["answer_type"]),
+                                      item.get("lang"), reference_first=first)
+                messages.append(msgs)
+                prompts.append(self.backend.render(msgs, None))
+        gens = (self.cache.generate(self.backend, prompts, self.settings) if self.cache
+                else self.backend.generate(prompts, self.settings))
+        out = []
+        for i in range(len(items)):
+            pair = gens[2 * i:2 * i + 2]
+            raws = [g.text if g.finish_reason != "error" else "" for g in pair]
+            read = [parse_verdict(raw) for raw in raws]
+            verdicts = [v for v, _ in read]
+            verdict = combine(verdicts)
+            out.append({"model": self.name, "rubric_version": RUBRIC_VERSION,
+                        "prompts": [json.dumps(messages[2 * i + j], ensure_ascii=False)
+                                    for j in range(2)],
+                        "raw": raws, "verdicts": verdicts, "verdict": verdict,
+                        "consistent": verdict is not None,
+                        "reason": read[0][1] if verdict is not None else
+                        "the two orders disagree or give no verdict"})
+        return out
+
+
+def judge_run(run_dir: str | Path, judge: Judge, use: str = "undecided",
+              echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Judge a run's free-form answers where `use` says and record judgements.jsonl (the
+    caller re-scores the run: runner.score_run reads it). Returns counts."""
+    if use not in USES:
+        raise InputError(f"unknown judge use {use!r}", field="judge.use",
+                         expected=" | ".join(USES))
+    store = RunStore(run_dir)
+    questions = store.questions()
+    items, keys = [], []
+    for sample in store.iter_samples():
+        q = questions.get(sample["question_id"])
+        if q is None or q.answer_type not in ("number", "text", "abstain"):
+            continue
+        final = sample.get("final_answer") or ""
+        if sample.get("error") or not applies(match_answer(final, gold_for(q)).decided,
+                                                 q.answer_type, use):
+            continue
+        items.append(_item(q, final))
+        keys.append(sample_key(sample))
+    echo(f"judge {judge.name}: {len(items)} answers to grade ({use})")
+    graded = judge.grade(items) if items else []
+    records = [{"cell_id": c, "question_id": qid, "repeat": r, "use": use, **g}
+               for (c, qid, r), g in zip(keys, graded)]
+    store.write_judgements(records)
+    return {"judged": len(records), "consistent": sum(r["consistent"] for r in records)}
+
+
+def _item(q: Question, reply: str) -> dict[str, Any]:
+    return {"question": q.question, "answer": q.answer, "aliases": list(q.aliases),
+            "answer_type": q.answer_type, "lang": q.lang, "reply": reply}
+
+
+def load_labels(path: str | Path = LABELS) -> list[dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        raise InputError("labelled set not found", file=str(path),
+                         expected="a JSONL file of labelled replies") from None
+
+
+def judge_agreement(judge: Judge, labels: list[dict[str, Any]]) -> dict[str, Any]:
+    """The judge's and the rules' agreement with a labelled set: Cohen's kappa and raw
+    agreement on the items each decides (the judge: both orders agree; the rules: not
+    undecided), with how many that is."""
+    from sklearn.metrics import accuracy_score, cohen_kappa_score
+
+    truth = [r["label"] == "right" for r in labels]
+    verdicts = judge.grade([{**r, "aliases": r.get("aliases") or []} for r in labels])
+    rules = []
+    for r in labels:
+        gold = make_gold(r["answer"], r["answer_type"], r.get("aliases") or [], r["lang"],
+                         r.get("question") or "")
+        m = match_answer(r["reply"], gold)
+        rules.append(m.exact if m.decided else None)
+
+    def measure(predicted: list[bool | None]) -> dict[str, Any]:
+        pairs = [(t, p) for t, p in zip(truth, predicted) if p is not None]
+        if not pairs:
+            return {"n": 0, "of": len(truth), "raw_agreement": None, "kappa": None}
+        t, p = zip(*pairs)
+        kappa = cohen_kappa_score(t, p) if len(set(t) | set(p)) > 1 else None
+        return {"n": len(pairs), "of": len(truth), "raw_agreement": accuracy_score(t, p),
+                "kappa": None if kappa is None or kappa != kappa else float(kappa)}
+
+    judge_row = measure([v["verdict"] for v in verdicts])
+    judge_row["inconsistent"] = sum(not v["consistent"] for v in verdicts)
+    return {"judge_model": judge.name, "rubric_version": RUBRIC_VERSION,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "labels": len(labels),
+            "judge": judge_row, "rules": measure(rules),
+            "items": [{"id": r.get("id"), "label": r["label"], "judge": v["verdict"],
+                       "rules": p, "raw": v["raw"]} for r, v, p in zip(labels, verdicts, rules)]}
