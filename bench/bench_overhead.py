@@ -48,11 +48,6 @@ def main(argv=None) -> int:
     from evalpipe.engine import Engine
     from evalpipe.runner import execute_run
 
-    class CellsApart(Engine):
-        def run_cells(self, jobs, run_id, window=None, progress=None):
-            for job in jobs:
-                yield from super().run_cells([job], run_id, window, progress)
-
     use_threads(args.threads)
     timings = {"generate": 0.0, "load": 0.0, "calls": 0}
     backends = []
@@ -84,7 +79,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         execute_run(config, Path(args.keep or tmp), use_cache=False, echo=lambda s: None,
-                    engine=CellsApart() if args.cells_apart else Engine())
+                    engine=Engine(shared=not args.cells_apart))
         wall = time.perf_counter() - t0
     job = wall - timings["load"]
     outside = job - timings["generate"]

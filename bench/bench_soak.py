@@ -32,7 +32,7 @@ from evalpipe import runner
 from evalpipe.backends.base import Backend
 from evalpipe.config import parse_config
 from evalpipe.records import Generation
-from evalpipe.report import report
+from evalpipe._report import report
 from evalpipe.store import RunStore
 
 

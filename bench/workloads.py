@@ -103,10 +103,10 @@ def forced_replies(questions, fmt) -> dict[int, list[str]]:
     out = {}
     for i, q in enumerate(questions):
         steps = q.gold_calls or []
-        try:
-            results = execute_gold_plan(steps, tools)
-        except ValueError:
+        run = execute_gold_plan(steps, tools)
+        if run.failed or run.skipped:  # a plan the calculator cannot run whole
             continue
+        results = run.results
         done: dict[str, Any] = {}
         replies = []
         for step in steps:

@@ -49,7 +49,10 @@ FIELDS = ("id", "suite", "question", "answer", "answer_type", "aliases", "lang",
 
 def run_plan(steps: list[dict]) -> int | float:
     """The result of the last step, computed by the real tools."""
-    return execute_gold_plan(steps, TOOLSET)[steps[-1]["id"]]
+    run = execute_gold_plan(steps, TOOLSET)
+    if run.failed or run.skipped:
+        raise ValueError(f"a generated plan does not run: {run.failed or run.skipped}")
+    return run.results[steps[-1]["id"]]
 
 
 def exact(op: str, a: Fraction, b: Fraction | None = None) -> Fraction | None:
@@ -791,7 +794,7 @@ def main(argv: list[str]) -> int:
         for path, text in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8", newline="\n")
-    from evalpipe.validate import validate_paths
+    from evalpipe._validate import validate_paths
 
     errors = validate_paths([str(p) for p in files], corpus_root=str(SITE))
     for e in errors:

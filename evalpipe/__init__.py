@@ -15,7 +15,7 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     if name == "Comparison":
-        from evalpipe.report.compare import Comparison
+        from evalpipe._report.compare import Comparison
 
         return Comparison
     raise AttributeError(f"module 'evalpipe' has no attribute {name!r}")

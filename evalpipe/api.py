@@ -6,9 +6,10 @@
     print(evalpipe.report(result.run_dir, "csv"))
     cmp = evalpipe.compare("outputs/run_a", result.run_dir)
 
-`report` and `validate` live in the modules of those names (evalpipe.report is
-also a package, so calling it must work either way). Errors are `evalpipe.errors.EvalpipeError`s (InputError for bad input); nothing
-here prints unless given an `echo`, and nothing calls sys.exit.
+`report` and `validate` are implemented in the private evalpipe._report package and
+evalpipe._validate module, so that each public name means one thing. Errors are
+`evalpipe.errors.EvalpipeError`s (InputError for bad input); nothing here prints
+unless given an `echo`, and nothing calls sys.exit.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalpipe.report import report
-from evalpipe.validate import validate
+from evalpipe._report import report
+from evalpipe._validate import validate
 
 if TYPE_CHECKING:
+    from evalpipe._report.compare import Comparison
     from evalpipe.config import RunConfig
-    from evalpipe.report.compare import Comparison
 
 @dataclass(frozen=True)
 class RunResult:
@@ -71,11 +72,13 @@ def load(config: str | Path | dict[str, Any] | RunConfig, *, limit: int | None =
 def run(config: str | Path | dict[str, Any] | RunConfig | None = None, *,
         out: str | Path = "outputs", resume: str | Path | None = None, use_cache: bool = True,
         retry_infra: bool = False, echo: Callable[[str], None] = _quiet,
-        **overrides: Any) -> RunResult:
+        progress: bool = False, **overrides: Any) -> RunResult:
     """Run a config's grid and score it. `config`: a YAML path, a mapping or a
     RunConfig; `overrides`: limit, models, suites, dtype, sets (as `evalpipe run`).
     With `resume` (a run directory), continue that run with its recorded config; with
-    `retry_infra` as well, re-run its infra errors in place."""
+    `retry_infra` as well, re-run its infra errors in place. Prints nothing unless
+    asked: `echo` receives the run's log lines, `progress=True` draws a bar per cell
+    on stderr."""
     from evalpipe import parallel
     from evalpipe.config import parse_config
     from evalpipe.errors import InputError
@@ -94,7 +97,8 @@ def run(config: str | Path | dict[str, Any] | RunConfig | None = None, *,
     else:
         cfg = load(config, **overrides)
     run_dir = execute_run(cfg, Path(out), resume=Path(resume) if resume else None,
-                          use_cache=use_cache, echo=echo, retry_infra=retry_infra)
+                          use_cache=use_cache, echo=echo, retry_infra=retry_infra,
+                          progress=progress)
     return RunResult(Path(run_dir), helper_rank=parallel.rank_world()[0] > 0)
 
 
@@ -112,8 +116,8 @@ def compare(a: str | Path, b: str | Path, *, threshold: float = 0.02, strict: bo
             resamples: int = 2000, seed: int = 0, allow_partial: bool = False) -> Comparison:
     """Paired comparison of run B against baseline run A; `.regressions` lists what
     the regression gate would fail on."""
-    from evalpipe.report.compare import compare_runs
-    from evalpipe.report.load import load_run
+    from evalpipe._report.compare import compare_runs
+    from evalpipe._report.load import load_run
 
     return compare_runs(load_run(a, allow_partial), load_run(b, allow_partial),
                         threshold=threshold, strict=strict,

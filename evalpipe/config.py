@@ -5,34 +5,50 @@ the cells that `exclude` rules drop (and those `include` rules do not keep).
 Cells without tools ignore the format, so the grid keeps one of them per
 model x retrieval instead of one per format.
 
-The schema is declared once, below, as typed sections (pydantic models that
-forbid unknown keys). A misspelt key fails with the file, line, field, what was
-expected and the closest valid name. The config hash and the manifest come from
-the normalised config (`RunConfig.to_dict`), so a config built in Python hashes
-like the same config read from YAML. To add a key: add a field to its section.
+The schema is declared once, below, as typed sections (evalpipe.schema) built on
+the settings the rest of the package declares: each backend's options, the
+retriever settings, the tool limits, the generation settings. Keys and values are
+checked before anything runs: a misspelt key or a name that is not in its registry
+(a format, a toolset, a retrieval method, a dtype, a backend) fails with the file,
+line, field, what was expected and the closest valid name. The config hash and the
+manifest come from the normalised config (`RunConfig.to_dict`: defaults left out
+of model and retrieval entries, `dtype: auto` written as what it resolves to), so
+spelling a default out does not change the hash, and a config built in Python
+hashes like the same config read from YAML. To add a key: add a field to its
+section.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import itertools
 import json
-import typing
+import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from evalpipe.backends.base import GenerationSettings
+from evalpipe.backends.llamacpp_backend import LlamaCppOptions
+from evalpipe.backends.local.cpu import AUTO, DTYPES, resolve_dtype
+from evalpipe.backends.models import DEFAULT_MODEL
+from evalpipe.backends.openai_backend import OpenAIOptions
+from evalpipe.corpus import CHUNK_SIZE
+from evalpipe.engine import CellRuntime
 from evalpipe.errors import InputError
+from evalpipe.formats import FORMATS
 from evalpipe.questions import BFCL_SOURCE
-
-RETRIEVAL_MODES = ("none", "prepend", "tool")
+from evalpipe.questions import FIELDS as QUESTION_FIELDS
+from evalpipe.retrieval import METHODS, RetrieverSettings
+from evalpipe.schema import Section, closest, input_error, line_of, one_of
+from evalpipe.store import run_name_problem
+from evalpipe.tools import TOOLSETS, ToolLimits
+from evalpipe.tools.builtin import BUILTIN_TOOLS, SEARCH_TOOL, tool_from_callable
 
 
 def stable_hash(value: Any, n: int = 12) -> str:
@@ -41,84 +57,82 @@ def stable_hash(value: Any, n: int = 12) -> str:
 
 # -- the schema ------------------------------------------------------------------------------
 
-class _Section(BaseModel):
-    # strict: YAML's "3" stays a string and `true` is no number
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class TransformersModel(_Section):
+class TransformersModel(Section):
     id: str
     backend: Literal["transformers"] = "transformers"
-    dtype: str = "auto"  # auto | float32 | bfloat16 | float16 (checked by the backend)
+    dtype: Annotated[str, one_of((AUTO, *DTYPES), "dtype")] = AUTO
+
+    def record(self) -> dict[str, Any]:
+        """The entry as recorded and hashed: a dtype only where it is not what auto gives."""
+        dtype = resolve_dtype(self.dtype)[0]
+        return {"id": self.id, "backend": self.backend,
+                **({"dtype": dtype} if dtype != resolve_dtype(AUTO)[0] else {})}
 
 
-class ReplayModel(_Section):
+class ReplayModel(Section):
     id: str
     backend: Literal["replay"]
     recording: str  # a samples.jsonl written by an earlier run
 
 
-class LlamaCppModel(_Section):
+class LlamaCppModel(LlamaCppOptions):
     id: str
     backend: Literal["llamacpp"]
-    n_ctx: int = 4096
-    n_threads: int | None = None
-    seed: int = 0
-    n_batch: int = 512
 
 
-class OpenAIModel(_Section):
-    """Any OpenAI-compatible server (docs/backends.md); the backend checks the values."""
+class OpenAIModel(OpenAIOptions):
+    """Any OpenAI-compatible server (docs/backends.md)."""
 
     id: str
     backend: Literal["openai"]
     base_url: str
-    api_key_env: str | None = None  # the key itself never goes into a config
-    concurrency: int = 4
-    timeout_s: float = 120.0
-    max_retries: int = 4
-    mode: str = "chat"
-    model: str | None = None
-    stream: str | bool = "auto"
-    backoff_s: float = 0.5
-    max_backoff_s: float = 30.0
-    chat_template: str | None = None
-    stop: list[str] | None = None
-    extra_body: dict[str, Any] | None = None
-    tool_choice: Any = None
 
 
-MODEL_SPECS: dict[str, type[_Section]] = {
+# One entry per backend of evalpipe.backends.BACKENDS (a test ties the two).
+MODEL_ENTRIES: dict[str, type[Section]] = {
     "transformers": TransformersModel, "replay": ReplayModel, "llamacpp": LlamaCppModel,
     "openai": OpenAIModel}
-ModelEntry = Annotated[Union[TransformersModel, ReplayModel, LlamaCppModel, OpenAIModel],
+ModelEntry = Annotated[TransformersModel | ReplayModel | LlamaCppModel | OpenAIModel,
                        Field(discriminator="backend")]
 
 
-class BM25Section(_Section):
-    variant: str = "lucene"
-    k1: float = 1.5
-    b: float = 0.75
+def _record(section: BaseModel, always: Sequence[str]) -> dict[str, Any]:
+    """A section as recorded and hashed: the `always` keys and every value that is not
+    its default, so that spelling a default out changes nothing."""
+    return {**{k: getattr(section, k) for k in always},
+            **section.model_dump(exclude_defaults=True, exclude_none=True)}
 
 
-class RetrievalSection(_Section):
-    """One retrieval setting; evalpipe.retrieval.resolve_settings checks the ranges."""
+def model_record(entry: BaseModel) -> dict[str, Any]:
+    """A model entry as recorded with each cell and hashed (what load_backend takes)."""
+    if isinstance(entry, TransformersModel):
+        return entry.record()
+    return _record(entry, ("id", "backend"))
 
-    mode: Literal["none", "prepend", "tool"]
-    method: str | None = None  # bm25 | dense | hybrid | weighted
-    k: int | None = None  # chunks per query; defaults to the top-level k
+
+RetrievalMode = Literal["none", "prepend", "tool"]  # no retrieval, chunks in the prompt, a tool
+
+
+class RetrievalSection(RetrieverSettings):
+    """One retrieval setting: a mode, and for a mode other than none the retriever."""
+
+    mode: RetrievalMode
+    k: int | None = Field(None, ge=1)  # chunks per query; defaults to the top-level k
     name: str | None = None  # a label for retrieval reports
-    bm25: BM25Section | None = None
-    bigrams: bool | None = None
-    tone_norm: bool | None = None
-    fold_accents: bool | None = None
-    rrf_k: float | None = None
-    weight: float | None = None
-    model: str | None = None  # the dense encoder
-    depth: int | None = None
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "none"
+
+    def record(self) -> dict[str, Any]:
+        """As recorded with each cell and hashed: mode, method and k always (for a mode
+        other than none), the other settings where they are not the defaults."""
+        if not self.on:
+            return {"mode": "none", **({"name": self.name} if self.name else {})}
+        return _record(self, ("mode", "method", "k"))
 
 
-class GenerationSection(_Section):
+class GenerationSection(Section):
     # The defaults live in GenerationSettings, the one place the engine reads them from.
     max_new_tokens: int = Field(GenerationSettings.max_new_tokens, ge=1)
     temperature: float = Field(GenerationSettings.temperature, ge=0)
@@ -127,34 +141,48 @@ class GenerationSection(_Section):
     batch_size: int = Field(GenerationSettings.batch_size, ge=1)
 
 
-class ChunkingSection(_Section):
-    size: int = Field(800, ge=1)  # characters per chunk
+class ChunkingSection(Section):
+    size: int = Field(CHUNK_SIZE, ge=1)  # characters per chunk
     overlap: int = Field(0, ge=0)
 
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> ChunkingSection:
+        if self.overlap >= self.size:
+            raise ValueError("an overlap smaller than the chunk size")
+        return self
 
-class SchemaToolsSection(_Section):
+
+class SchemaToolsSection(Section):
     """What a question's own schema-only tools do when called (docs/bfcl.md)."""
 
     mode: Literal["call_only", "stub"] = "call_only"  # call_only: the first reply ends it
     result: Any = None  # mode stub: what every schema-only call returns to the model
 
 
-class ToolLimitsSection(_Section):
-    timeout_s: float = Field(5.0, gt=0)
-    max_result_chars: int = Field(4000, ge=1)
+class ToolLimitsSection(Section):
+    # The defaults live in ToolLimits, the limits the tools run under.
+    timeout_s: float = Field(ToolLimits.timeout_s, gt=0)
+    max_result_chars: int = Field(ToolLimits.max_result_chars, ge=1)
 
 
-class GridRule(_Section):
+Format = Annotated[str, one_of(FORMATS, "format")]
+Toolset = Annotated[str, one_of(TOOLSETS, "toolset")]
+Method = Annotated[str, one_of(METHODS, "retrieval method")]
+# package.module:function, a user's tool (imported when the config is read)
+CustomTool = Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
+
+
+class GridRule(Section):
     """An include/exclude rule: every named facet must match (a list matches any of it)."""
 
     model: str | list[str] | None = None
-    format: str | list[str] | None = None
-    toolset: str | list[str] | None = None
-    retrieval: str | list[str] | None = None  # the mode
-    method: str | list[str] | None = None
+    format: Format | list[Format] | None = None
+    toolset: Toolset | list[Toolset] | None = None
+    retrieval: RetrievalMode | list[RetrievalMode] | None = None  # the mode
+    method: Method | list[Method] | None = None
 
 
-class JudgeSection(_Section):
+class JudgeSection(Section):
     """The model-graded judge (docs/scoring.md, "The judge"): a model entry like those of
     `models:`, where it is used, and whether to measure it on a labelled set."""
 
@@ -165,106 +193,119 @@ class JudgeSection(_Section):
     labels: str | None = None  # a labelled set; default tests/data/grading_labels.jsonl
 
 
-class ConfigSpec(_Section):
-    name: str | None = None
-    questions: list[str] = Field(min_length=1)
+class QuestionSourceSection(Section):
+    """A question file in a shape of its own: which column holds each field, and
+    fixed values for fields the file lacks (questions.QuestionSource)."""
+
+    path: str
+    fields: dict[str, str] = Field(default_factory=dict)
+    values: dict[str, Any] = Field(default_factory=dict)
+
+
+class ConfigSpec(Section):
+    name: str | None = None  # the run's folder is named from it (store.run_name_problem)
+    questions: list[str | QuestionSourceSection] = Field(min_length=1)
     corpus: str | None = None
     limit: int | None = Field(None, ge=1)  # questions per suite
     suites: list[str] | None = None
     models: list[ModelEntry] = Field(min_length=1)
-    formats: list[str] = ["hermes"]
-    toolsets: list[str] = ["calculator"]
-    custom_tools: list[str] = []
+    formats: list[Format] = Field(default_factory=lambda: ["hermes"])
+    toolsets: list[Toolset] = Field(default_factory=lambda: ["calculator"])
+    custom_tools: list[CustomTool] = Field(default_factory=list)
     retrieval: list[RetrievalSection] = Field(min_length=1)
     generation: GenerationSection = GenerationSection()
-    max_turns: int = Field(5, ge=1)
+    max_turns: int = Field(CellRuntime.max_turns, ge=1)  # the agent loop's default
     system_prompt: str | None = None
     final_answer_line: bool = False  # ask for a last line "Answer: ..." (docs/scoring.md)
     repeats: int = Field(1, ge=1)  # samples per cell x question (with temperature > 0)
     latency_probe: int = Field(0, ge=0)  # per cell, samples re-run alone to time (probe.jsonl)
-    include: list[GridRule] = []
-    exclude: list[GridRule] = []
+    include: list[GridRule] = Field(default_factory=list)
+    exclude: list[GridRule] = Field(default_factory=list)
     chunking: ChunkingSection = ChunkingSection()
     tool_limits: ToolLimitsSection = ToolLimitsSection()
     schema_tools: SchemaToolsSection = SchemaToolsSection()
     match: Literal["evalpipe", "bfcl"] = "evalpipe"  # argument rule set (scoring/plan.py)
-    k: int = Field(3, ge=1)
+    k: int = Field(CellRuntime.k, ge=1)  # chunks per query, the loop's default
     judge: JudgeSection | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str | None) -> str | None:
+        problem = run_name_problem(name) if name is not None else None
+        if problem:
+            raise ValueError(problem)
+        return name
 
 
 # -- the config the rest of the code reads ---------------------------------------------------
 
 @dataclass
 class Cell:
-    model: dict[str, Any]
+    model: dict[str, Any]  # the model entry as recorded (what load_backend takes)
     format: str
     toolset: str
-    retrieval: dict[str, Any]
+    retrieval: RetrievalSection
 
     @property
     def id(self) -> str:
         r = self.retrieval
-        rpart = "no-rag" if r["mode"] == "none" else f"{r.get('method', 'bm25')}-{r['mode']}"
+        rpart = f"{r.method}-{r.mode}" if r.on else "no-rag"
         fmt = self.format if self.toolset != "none" else "-"
         return f"{self.model['id']}/{fmt}/{self.toolset}/{rpart}"
 
     def facets(self) -> dict[str, Any]:
         """What include/exclude rules and reports group by."""
         return {"model": self.model["id"], "format": self.format, "toolset": self.toolset,
-                "retrieval": self.retrieval["mode"], "method": self.retrieval.get("method")}
+                "retrieval": self.retrieval.mode,
+                "method": self.retrieval.method if self.retrieval.on else None}
 
     def settings(self) -> dict[str, Any]:
         return {"model": self.model, "format": self.format, "toolset": self.toolset,
-                "retrieval": self.retrieval}
+                "retrieval": self.retrieval.record()}
 
 
 @dataclass
 class RunConfig:
-    """A checked config. Models and retrieval settings stay plain dicts (they are
-    recorded with every cell); only keys the user gave are kept in them, plus the
-    backend, method and k the grid needs, so existing runs keep their fingerprints."""
+    """A checked config, built by `parse_config` (from YAML, or from a mapping with
+    evalpipe.load). Sections stay typed; model entries are kept as recorded (each
+    cell records its model's), with only the values that are not the defaults."""
 
     name: str
-    questions: list[str]
+    questions: list[str | dict[str, Any]]  # a path, or {path, fields, values}
     corpus: str | None
     models: list[dict[str, Any]]
     formats: list[str]
     toolsets: list[str]
-    retrieval: list[dict[str, Any]]
+    retrieval: list[RetrievalSection]  # k filled in from the top-level k
     generation: GenerationSettings
-    max_turns: int = 5
-    limit: int | None = None  # questions per suite
-    suites: list[str] | None = None
-    system_prompt: str | None = None
-    final_answer_line: bool = False
-    repeats: int = 1
-    latency_probe: int = 0
-    custom_tools: list[str] = field(default_factory=list)
-    chunking: dict[str, int] = field(default_factory=lambda: {"size": 800, "overlap": 0})
-    tool_limits: dict[str, float] = field(default_factory=dict)
-    schema_tools: dict[str, Any] = field(default_factory=dict)
-    match: str = "evalpipe"
-    k: int = 3
-    include: list[dict[str, Any]] = field(default_factory=list)
-    exclude: list[dict[str, Any]] = field(default_factory=list)
-    judge: dict[str, Any] | None = None  # JudgeSection, its model entry a plain dict
-    source: str = ""
-
-    def __post_init__(self) -> None:
-        # The same defaults parse_config fills, so Python-built and YAML configs agree.
-        self.models = [{"backend": "transformers", **m} for m in self.models]
-        self.retrieval = [_retrieval_defaults(r, self.k) for r in self.retrieval]
-        self.chunking = {"size": 800, "overlap": 0, **self.chunking}
-        self.tool_limits = {**ToolLimitsSection().model_dump(), **self.tool_limits}
-        self.schema_tools = {**SchemaToolsSection().model_dump(), **self.schema_tools}
+    max_turns: int
+    limit: int | None  # questions per suite
+    suites: list[str] | None
+    system_prompt: str | None
+    final_answer_line: bool
+    repeats: int
+    latency_probe: int
+    custom_tools: list[str]
+    chunking: ChunkingSection
+    tool_limits: ToolLimitsSection
+    schema_tools: SchemaToolsSection
+    match: str
+    k: int
+    include: list[dict[str, Any]]
+    exclude: list[dict[str, Any]]
+    judge: dict[str, Any] | None  # JudgeSection, its model entry as recorded
+    source: str
 
     def to_dict(self) -> dict[str, Any]:
         """The normalised config: what the manifest records and the hash covers."""
-        out = asdict(self)
-        del out["source"]
+        out = {k: v for k, v in vars(self).items() if k != "source"}
         if out["judge"] is None:  # configs without a judge keep the hash they had
             del out["judge"]
-        return out
+        out["retrieval"] = [r.record() for r in self.retrieval]
+        out["generation"] = asdict(self.generation)
+        for key in ("chunking", "tool_limits", "schema_tools"):
+            out[key] = getattr(self, key).model_dump()
+        return copy.deepcopy(out)
 
     def hash(self) -> str:
         return stable_hash(self.to_dict())
@@ -296,17 +337,13 @@ class RunConfig:
     def _keeps(self, cell: Cell) -> bool:
         facts = cell.facets()
 
-        def matches(rule):
+        def matches(rule: dict[str, Any]) -> bool:
             return all(facts.get(k) == v or (isinstance(v, list) and facts.get(k) in v)
                        for k, v in rule.items())
 
         if self.include and not any(matches(r) for r in self.include):
             return False
         return not any(matches(r) for r in self.exclude)
-
-
-def _retrieval_defaults(r: dict[str, Any], k: int) -> dict[str, Any]:
-    return r if r["mode"] == "none" else {"mode": r["mode"], "method": "bm25", "k": k, **r}
 
 
 # -- reading a config ------------------------------------------------------------------------
@@ -352,13 +389,10 @@ def apply_dtype(raw: dict[str, Any], dtype: str) -> dict[str, Any]:
     raw = copy.deepcopy(raw)
     models = [{"id": m} if isinstance(m, str) else m
               for m in _as_list(raw.get("models") or [{"id": DEFAULT_MODEL}])]
-    raw["models"] = [{**m, "dtype": dtype} if "dtype" in MODEL_SPECS.get(
+    raw["models"] = [{**m, "dtype": dtype} if isinstance(m, dict) and "dtype" in MODEL_ENTRIES.get(
         m.get("backend", "transformers"), TransformersModel).model_fields else m
         for m in models]
     return raw
-
-
-DEFAULT_MODEL = "smollm2-135m"
 
 
 def load_config(path: str | Path, sets: list[str] | tuple[str, ...] = (), *,
@@ -397,7 +431,8 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
     try:
         spec = ConfigSpec.model_validate(given)
     except ValidationError as exc:
-        raise _input_error(exc, given, source, text, overridden) from None
+        raise input_error(exc, ConfigSpec, file=source, text=text,
+                          overridden=overridden) from None
 
     def resolve(p: str) -> str:
         # Paths are relative to the working directory when they exist there, else to the config.
@@ -405,18 +440,21 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
             return p
         return str(base / p)
 
-    if spec.corpus is None and any(r.mode != "none" for r in spec.retrieval):
+    _check_question_mappings(spec.questions, source, text)
+    if spec.corpus is None and any(r.on for r in spec.retrieval):
         raise InputError("retrieval is on but no corpus is named", file=source, field="corpus",
                          expected="a folder of documents")
+    _check_custom_tools(spec, source, text)
     return RunConfig(
-        name=spec.name or Path(source).stem,
-        questions=[resolve(p) for p in spec.questions],
+        name=spec.name or _name_from(source),
+        questions=[resolve(p) if isinstance(p, str) else
+                   {**p.model_dump(exclude_defaults=True), "path": resolve(p.path)}
+                   for p in spec.questions],
         corpus=resolve(spec.corpus) if spec.corpus else None,
-        # only the keys given (and the backend): a model entry is recorded with each cell
-        models=[{"id": m.id, **m.model_dump(exclude_unset=True)} for m in spec.models],
+        models=[model_record(m) for m in spec.models],
         formats=spec.formats,
         toolsets=spec.toolsets,
-        retrieval=[r.model_dump(exclude_unset=True) for r in spec.retrieval],
+        retrieval=[r.model_copy(update={"k": r.k or spec.k}) for r in spec.retrieval],
         generation=GenerationSettings(**spec.generation.model_dump()),
         max_turns=spec.max_turns,
         limit=spec.limit,
@@ -426,20 +464,59 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
         repeats=spec.repeats,
         latency_probe=spec.latency_probe,
         custom_tools=spec.custom_tools,
-        chunking=spec.chunking.model_dump(),
-        tool_limits=spec.tool_limits.model_dump(),
-        schema_tools=spec.schema_tools.model_dump(),
+        chunking=spec.chunking,
+        tool_limits=spec.tool_limits,
+        schema_tools=spec.schema_tools,
         match=spec.match,
         k=spec.k,
         include=[r.model_dump(exclude_none=True) for r in spec.include],
         exclude=[r.model_dump(exclude_none=True) for r in spec.exclude],
         judge=None if spec.judge is None else {
-            **spec.judge.model_dump(exclude={"model"}),
-            "model": {"id": spec.judge.model.id,
-                      **spec.judge.model.model_dump(exclude_unset=True)},
+            **spec.judge.model_dump(exclude={"model"}), "model": model_record(spec.judge.model),
             "labels": resolve(spec.judge.labels) if spec.judge.labels else None},
         source=source,
     )
+
+
+def _check_question_mappings(entries: list[str | QuestionSourceSection], source: str,
+                             text: str | None) -> None:
+    """Every field a question mapping names is a field of a question record."""
+    for i, entry in enumerate(entries):
+        if isinstance(entry, str):
+            continue
+        for part, names in (("fields", entry.fields), ("values", entry.values)):
+            for name in names:
+                if name in QUESTION_FIELDS:
+                    continue
+                raise InputError(f"unknown question field {name!r}"
+                                 f"{closest(name, QUESTION_FIELDS)}", file=source,
+                                 line=line_of(text, ["questions", i, part, name])
+                                 if text else None, field=f"questions[{i}].{part}.{name}",
+                                 expected="one of " + ", ".join(QUESTION_FIELDS))
+
+
+def _name_from(source: str) -> str:
+    """A run name from the config's file name, made a plain folder name."""
+    return re.sub(r"[^\w.-]+", "-", Path(source).stem).strip(".-") or "run"
+
+
+def _check_custom_tools(spec: ConfigSpec, source: str, text: str | None) -> None:
+    """Import each custom tool (trusted code: it runs with evalpipe's permissions) and
+    refuse a name that another tool of the run already has."""
+    taken = {name for toolset in spec.toolsets for name in TOOLSETS[toolset]}
+    if any(r.mode == "tool" for r in spec.retrieval):
+        taken.add(SEARCH_TOOL)
+    for i, entry in enumerate(spec.custom_tools):
+        line = line_of(text, ["custom_tools", i]) if text else None
+        field = f"custom_tools[{i}]"
+        name = tool_from_callable(entry, file=source, line=line, field=field).name
+        if name in taken:
+            known = "a built-in tool" if name in BUILTIN_TOOLS or name == SEARCH_TOOL else \
+                "another custom tool"
+            raise InputError(f"tool name {name!r} is taken by {known}", file=source, line=line,
+                             field=field, expected="a function named apart from the run's "
+                             "other tools")
+        taken.add(name)
 
 
 def _shape(raw: dict[str, Any]) -> dict[str, Any]:
@@ -468,75 +545,5 @@ def _shape(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _input_error(exc: ValidationError, given: dict[str, Any], source: str, text: str | None,
-                 overridden: Sequence[str]) -> InputError:
-    """The first schema error as an InputError: field path, line, expected, and for an
-    unknown key the closest valid name."""
-    err = exc.errors()[0]
-    loc = [p for p in err["loc"] if not (isinstance(p, str) and p in MODEL_SPECS)]
-    dotted = _dotted(loc)
-    line = _line_of(text, loc) if text else None
-    file = source
-    plain = ".".join(map(str, loc))  # how --set spells the path
-    if any(plain == k or plain.startswith(k + ".") for k in overridden):
-        file, line = f"--set {dotted}", None
-    if err["type"] == "extra_forbidden":
-        names = sorted(_section_at(given, loc[:-1]).model_fields)
-        close = difflib.get_close_matches(str(loc[-1]), names, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        return InputError(f"unknown key {loc[-1]!r}{hint}", file=file, line=line,
-                          field=dotted, expected="one of " + ", ".join(names))
-    if err["type"] == "union_tag_invalid":
-        return InputError(f"unknown backend {err['input'].get('backend')!r}", file=file,
-                          line=line, field=dotted + ".backend", expected=" | ".join(MODEL_SPECS))
-    got = "missing" if err["type"] == "missing" else f"got {err.get('input')!r}"
-    return InputError(got, file=file, line=line, field=dotted or "(top level)",
-                      expected=err["msg"].lower().removeprefix("input should be ").removeprefix(
-                          "value error, "))
-
-
-def _dotted(loc: list) -> str:
-    """('models', 0, 'dtype') -> models[0].dtype"""
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-
-
-def _section_at(given: Any, loc: list) -> type[BaseModel]:
-    """The schema class that describes given[loc...] (a model entry's backend picks its)."""
-    cls: Any = ConfigSpec
-    node = given
-    for part in loc:
-        node = node[part] if isinstance(part, int) else node.get(part)
-        if isinstance(part, str):
-            cls = _inner_section(cls.model_fields[part].annotation)
-    if cls is None:  # the union of model entries
-        cls = MODEL_SPECS.get(node.get("backend", "transformers"), TransformersModel)
-    return cls
-
-
-def _inner_section(annotation: Any) -> type[BaseModel] | None:
-    """The section inside list[...] / X | None; None for the union of model entries."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    found = {s for s in map(_inner_section, typing.get_args(annotation)) if s is not None}
-    return found.pop() if len(found) == 1 else None
-
-
-def _line_of(text: str, loc: list) -> int | None:
-    """The YAML line of loc (of its nearest enclosing node that the file spells)."""
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            hit = [(k, v) for k, v in node.value if k.value == str(part)]
-            if not hit:
-                break
-            key, node = hit[0]
-            if part == loc[-1]:
-                return key.start_mark.line + 1
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-            if part >= len(node.value):
-                break
-            node = node.value[part]
-    return node.start_mark.line + 1 if node is not None else None
+__all__ = ["Cell", "ConfigSpec", "RetrievalSection", "RunConfig", "apply_dtype", "apply_overrides",
+           "load_config", "model_record", "parse_config", "stable_hash"]

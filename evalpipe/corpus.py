@@ -81,7 +81,10 @@ def _cut(text: str, start: int, size: int) -> int:
     return hard
 
 
-def chunk_document(doc: Document, size: int = 800, overlap: int = 0) -> list[Chunk]:
+CHUNK_SIZE = 800  # characters per chunk, unless the config's chunking says otherwise
+
+
+def chunk_document(doc: Document, size: int = CHUNK_SIZE, overlap: int = 0) -> list[Chunk]:
     """Chunks of at most size characters that end on a paragraph, line, sentence or
     word boundary where one exists, with no leading or trailing whitespace.
 
@@ -120,5 +123,5 @@ def chunk_document(doc: Document, size: int = 800, overlap: int = 0) -> list[Chu
     return chunks
 
 
-def chunk_corpus(docs: list[Document], size: int = 800, overlap: int = 0) -> list[Chunk]:
+def chunk_corpus(docs: list[Document], size: int = CHUNK_SIZE, overlap: int = 0) -> list[Chunk]:
     return [c for d in docs for c in chunk_document(d, size, overlap)]

@@ -25,9 +25,10 @@ from evalpipe.backends.base import Backend, GenerationSession, GenerationSetting
 from evalpipe.cache import GenerationCache
 from evalpipe.config import RunConfig
 from evalpipe.engine import Engine
+from evalpipe.errors import InputError
 from evalpipe.probe import PROBE_FILE
 from evalpipe.records import Generation
-from evalpipe.store import machine
+from evalpipe.store import RunStore, machine
 
 NOT_CACHED = "not in the reply cache"
 
@@ -115,32 +116,43 @@ def _seconds(stamp: str) -> float:
 
 
 def last_run_rate(runs: list[tuple[Path, dict[str, Any]]], model: dict[str, Any]
-                  ) -> dict[str, Any] | None:
+                  ) -> tuple[dict[str, Any] | None, list[str]]:
     """Seconds per generated sample in the newest finished run on this machine that
-    ran only this model (its model load and scoring included)."""
+    ran only this model (its model load and scoring included); and, for the newer runs
+    of this model that could not be timed, "run id (why)"."""
     here = machine()
+    skipped: list[str] = []
     for path, manifest in runs:
         cells = manifest.get("cells") or {}
-        if not manifest.get("finished") or not cells \
-                or len(_cells_of(manifest, model)) != len(cells) \
-                or manifest.get("machine") != here or manifest.get("resumed"):
+        if not _cells_of(manifest, model):
             continue
-        generated = 0
-        for line in (path / "samples.jsonl").open(encoding="utf-8"):
-            sample = json.loads(line) if line.strip() else {}
-            if any(not t.get("cached") for t in sample.get("turns") or ()):
-                generated += 1
-        if not generated:
+        why = ("not finished" if not manifest.get("finished") else
+               "other models too" if len(_cells_of(manifest, model)) != len(cells) else
+               "another machine" if manifest.get("machine") != here else
+               "resumed: its time spans more than one sitting" if manifest.get("resumed")
+               else None)
+        generated, probed = 0, 0.0
+        if why is None:
+            store = RunStore(path)
+            try:
+                generated = sum(any(not t.get("cached") for t in sample.get("turns") or ())
+                                for sample in store.iter_samples())
+                # The latency probe's samples ran one after another: their time is not
+                # the grid's.
+                probed = sum((r.get("wall_ms") or 0.0) / 1000
+                             for r in store.iter_records(path / PROBE_FILE))
+            except InputError:
+                why = "damaged"
+            else:
+                if not generated:
+                    why = "every reply came from the cache"
+        if why is not None:
+            skipped.append(f"{path.name} ({why})")
             continue
-        elapsed = _seconds(manifest["finished"]) - _seconds(manifest["started"])
-        # The latency probe's samples ran one after another: their time is not the grid's.
-        probe = path / PROBE_FILE
-        if probe.is_file():
-            elapsed -= sum((json.loads(line).get("wall_ms") or 0.0) / 1000
-                           for line in probe.open(encoding="utf-8") if line.strip())
+        elapsed = _seconds(manifest["finished"]) - _seconds(manifest["started"]) - probed
         return {"run": path.name, "seconds_per_sample": elapsed / generated,
-                "generated": generated, "elapsed_s": elapsed}
-    return None
+                "generated": generated, "elapsed_s": elapsed}, skipped
+    return None, skipped
 
 
 def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
@@ -151,11 +163,11 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
     questions = select_questions(config)
     cells = config.cells()
     corpus = None
-    if config.corpus and any(c.retrieval["mode"] != "none" for c in cells):
+    if config.corpus and any(c.retrieval.on for c in cells):
         from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
 
         docs = load_corpus(config.corpus)
-        corpus = Corpus(chunk_corpus(docs, config.chunking["size"], config.chunking["overlap"]),
+        corpus = Corpus(chunk_corpus(docs, config.chunking.size, config.chunking.overlap),
                         corpus_version(docs))
     seeds = config.repeat_seeds()
     runs = _manifests(Path(out_root))
@@ -192,14 +204,18 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
                            cached=tally["cached"] if model_key else None)
             to_generate += row["samples"] - (row["cached"] or 0)
             plan_cells.append(row)
-        rate = last_run_rate(runs, model)
+        rate, skipped = last_run_rate(runs, model)
         models.append({"model": model["id"], "facts_from_earlier_run": bool(facts),
                        "note": note, "to_generate": to_generate, "rate": rate,
+                       "skipped_runs": skipped,
                        "estimate_s": rate["seconds_per_sample"] * to_generate if rate else None})
     return {"config": config.source, "cells": plan_cells, "questions": len(questions),
             "repeats": len(seeds), "samples": sum(c["samples"] for c in plan_cells),
             "probe": min(config.latency_probe, len(questions)) * len(plan_cells),
             "to_generate": sum(m["to_generate"] for m in models), "models": models}
+
+
+MAX_SKIPPED_SHOWN = 5
 
 
 def _num(x: Any) -> str:
@@ -245,7 +261,14 @@ def render_plan(plan: dict[str, Any]) -> str:
                        f"{r['seconds_per_sample']:.2f} s per generated sample, from the last "
                        f"run of this model on this machine ({r['run']}: {r['generated']} "
                        f"samples in {r['elapsed_s']:.0f} s, its latency probe left out)")
+        elif m.get("skipped_runs"):
+            shown = m["skipped_runs"][:MAX_SKIPPED_SHOWN]
+            more = len(m["skipped_runs"]) - len(shown)
+            out.append(f"{m['model']}: no wall-time estimate: none of its runs here can be "
+                       "timed (a finished run of this model alone on this machine, not "
+                       "resumed, that generated at least one reply); skipped: "
+                       + "; ".join(shown) + (f"; and {more} more" if more > 0 else ""))
         else:
-            out.append(f"{m['model']}: no wall-time estimate: no finished run of this model "
-                       "alone on this machine yet")
+            out.append(f"{m['model']}: no wall-time estimate: this model has not run in "
+                       "this outputs folder yet")
     return "\n".join(out) + "\n"

@@ -111,43 +111,57 @@ class _Stream:
     done: dict[int, Sample] = field(default_factory=dict)
     released: int = 0
 
-    def release(self) -> list[Sample]:
-        """The ended samples whose predecessors have all been released, in order."""
+    def release(self, rest: bool = False) -> list[Sample]:
+        """The ended samples whose predecessors have all been released, in order; with
+        `rest`, every ended sample (a stopped run dropped some before them)."""
         ready = []
         while self.released in self.done:
-            sample = self.done.pop(self.released)
-            sample.prompt_text = self.blocks.claim(sample.turns)
-            ready.append(sample)
+            ready.append(self.done.pop(self.released))
             self.released += 1
+        if rest:
+            ready += [self.done.pop(index) for index in sorted(self.done)]
+        for sample in ready:
+            sample.prompt_text = self.blocks.claim(sample.turns)
         return ready
 
 
 class Engine:
     def __init__(self, open_session: Callable[[Backend, GenerationSettings], GenerationSession]
-                 | None = None):
+                 | None = None, *, shared: bool = True):
         # Sessions are opened through an injectable function so that a cache can sit in
         # front of the backend.
         self._open = open_session or (lambda backend, gen: backend.session(gen))
+        # False: each cell in a session of its own, as before the cells of a model shared
+        # one (same records; kept to compare the two).
+        self.shared = shared
 
     def run(self, cell: CellRuntime, questions: Iterable[Question], run_id: str,
-            window: int | None = None, progress: Callable[[int], None] | None = None
-            ) -> Iterator[list[Sample]]:
+            window: int | None = None, progress: Callable[[int], None] | None = None,
+            stop: Callable[[], bool] | None = None) -> Iterator[list[Sample]]:
         """Yield samples in question order, each as soon as it and all before it have
         ended (so a run's file has the same order cached or not); `progress` hears of
         each conversation as it ends, for a live progress bar. `window`: conversations
         open at once (default: four batches, so the batch stays full while some
-        conversations wait on their tools)."""
-        return self.run_cells([(cell, questions)], run_id, window, progress)
+        conversations wait on their tools).
+
+        Once `stop()` is true no conversation starts and none gets another turn: the
+        requests in flight come back (a local model stops at its next decode step), the
+        conversations that ended are yielded, the others are dropped (run again on
+        resume)."""
+        heard = None if progress is None else (lambda _, ended: progress(ended))
+        return self.run_cells([(cell, questions)], run_id, window, heard, stop)
 
     def run_cells(self, jobs: list[tuple[CellRuntime, Iterable[Question]]], run_id: str,
-                  window: int | None = None, progress: Callable[[int], None] | None = None
-                  ) -> Iterator[list[Sample]]:
+                  window: int | None = None,
+                  progress: Callable[[int, int], None] | None = None,
+                  stop: Callable[[], bool] | None = None) -> Iterator[list[Sample]]:
         """`run` for several cells of one backend and one set of generation settings (the
         cells of a model: other prompts, formats, toolsets and retrieval) in one
         generation session, so that every decode step serves the rows of all of them;
         each cell submits as its own group of prompts (its own shared prefix). Each
-        cell's samples come in its question order, as `run` gives them; `window` bounds
-        the conversations open per cell."""
+        yielded list holds one cell's samples, each cell's in its question order as `run`
+        gives them; `progress` hears (the job's index, conversations of it that ended);
+        `window` bounds the conversations open per cell; `stop` is `run`'s."""
         cells = [cell for cell, _ in jobs]
         if not cells:
             return
@@ -156,9 +170,17 @@ class Engine:
                for c in cells):
             raise ValueError("cells that share a generation session need one backend and "
                              "the same generation settings")
+        if not self.shared and len(jobs) > 1:
+            for i, job in enumerate(jobs):
+                heard = None if progress is None else (
+                    lambda _, ended, i=i: progress(i, ended))
+                yield from self.run_cells([job], run_id, window, heard, stop)
+            return
         if window is None:
             window = max(64, 4 * first.generation.batch_size)
+        stopping = stop or (lambda: False)
         session = self._open(first.backend, first.generation)
+        session.should_stop = stopping
         streams = [_Stream(group, cell, iter(enumerate(questions)), cell.toolset.schemas())
                    for group, (cell, questions) in enumerate(jobs)]
         # Session keys number the conversations as they open: with one cell, its question
@@ -178,6 +200,8 @@ class Engine:
             session.submit(key, c.prompt, group=stream.group)
 
         def open_next(stream: _Stream) -> None:
+            if stopping():
+                return
             index, q = next(stream.todo, (None, None))
             if q is not None:
                 key = next(keys)
@@ -189,7 +213,7 @@ class Engine:
             for _ in range(max(1, window)):
                 open_next(stream)
         while session.pending:
-            ended = 0
+            ended = [0] * len(streams)
             for key, gen in session.poll():
                 stream, index = opened[key]
                 cell, c = stream.cell, stream.live[index]
@@ -199,16 +223,22 @@ class Engine:
                 if c.done:
                     stream.done[index] = self._sample(cell, stream.live.pop(index), run_id)
                     del opened[key]
-                    ended += 1
+                    ended[stream.group] += 1
                     open_next(stream)
+                elif stopping():
+                    del stream.live[index], opened[key]  # no new turn: it runs again on resume
                 else:
                     submit(key, c)
-            if ended and progress is not None:
-                progress(ended)
             for stream in streams:  # a group of samples per cell
+                if ended[stream.group] and progress is not None:
+                    progress(stream.group, ended[stream.group])
                 ready = stream.release()
                 if ready:
                     yield ready
+        for stream in streams:  # stopped: those that ended after one that was dropped
+            ready = stream.release(rest=True)
+            if ready:
+                yield ready
 
     def _start(self, cell: CellRuntime, q: Question) -> _Conversation:
         system = cell.system_prompt
@@ -239,6 +269,11 @@ class Engine:
         if gen.finish_reason == "error":
             c.turns.append(record.to_dict())
             c.stop("infra_error", gen.error)
+            return
+        if gen.finish_reason == "malformed":  # the endpoint's reply did not fit the wire shape
+            record.malformed = gen.error or "malformed reply"
+            c.turns.append(record.to_dict())
+            c.stop("malformed_reply")
             return
         if gen.tool_calls is not None:  # structured calls from an API; the text still holds
             text = cell.fmt.parse(gen.text, lenient=True)  # the answer and any <think> block

@@ -1,11 +1,19 @@
-"""Append-only JSON-lines files that survive a kill: one home for the rules.
+"""JSON-lines files: the append-only run files that survive a kill, and line-numbered
+input files. One home for the rules.
 
 - `append` writes whole records and fsyncs; if the write fails (full disk) the
-  file is cut back to where it was, so half a record is never left behind.
+  file is cut back to where it was with a bare ftruncate (no buffer to flush,
+  so it needs no space), and half a record is never left behind.
+- Every line written is valid UTF-8: a record holding a lone surrogate is written
+  with that character escaped (`\\ud800`), never as bytes no reader can decode.
 - Only the last line may be torn (a kill mid-write): no newline, or not JSON
-  with nothing but blank lines after it. Readers drop it; `repair` cuts it off
-  so appends continue on a clean line. A bad line before good ones is
-  corruption, not a kill: an InputError naming the file and line.
+  with nothing but blank lines after it. Readers drop it with a DataWarning;
+  `repair` cuts it off so appends continue on a clean line. A bad line before
+  good ones (not JSON, not UTF-8, NUL bytes) is corruption, not a kill: an
+  InputError naming the file and line.
+- Files a person wrote (question sets) are read by `records`: every line must be
+  a JSON value, a UTF-8 byte-order mark at the start is allowed, and each bad
+  line is an InputError naming it.
 """
 
 from __future__ import annotations
@@ -13,61 +21,124 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from evalpipe.errors import InputError
+from evalpipe.errors import DataWarning, InputError
+
+EXPECTED = "one JSON object per line, in UTF-8"
 
 
 def dumps(record: Any) -> str:
     """One record as one line (non-ASCII kept, unknown types as strings)."""
-    return json.dumps(record, ensure_ascii=False, default=str) + "\n"
+    text = json.dumps(record, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: escaped, so the line stays UTF-8
+        text = json.dumps(record, ensure_ascii=True, default=str)
+    return text + "\n"
 
 
 def append(path: str | Path, records: Iterable[Any]) -> int:
     """Append whole records and fsync; returns how many were written."""
     lines = [dumps(r) for r in records]
-    with open(path, "a", encoding="utf-8") as f:
-        start = f.tell()
+    data = memoryview("".join(lines).encode("utf-8"))
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            f.write("".join(lines))
-            f.flush()
-            os.fsync(f.fileno())
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
         except OSError:
             with contextlib.suppress(OSError):
-                f.truncate(start)
+                os.ftruncate(fd, start)
             raise
+    finally:
+        os.close(fd)
     return len(lines)
 
 
-def scan(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """(offset just after the line, record) for each complete record, in order."""
+def _decode(line: bytes) -> Any:
+    """A line's record; ValueError when it is not UTF-8 JSON (NUL bytes included)."""
+    try:
+        return json.loads(line.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def scan(path: str | Path, start: int = 0) -> Iterator[tuple[int, int, Any]]:
+    """(offset just after the line, line number, record) for each complete record, in
+    order; from byte `start` (an offset scan gave before) to read only what was appended
+    since (line numbers then count from there)."""
     path = Path(path)
     if not path.is_file():
         return
     with open(path, "rb") as f:
-        offset, bad = 0, None
+        f.seek(start)
+        offset, bad = start, None
         for number, line in enumerate(f, start=1):
             if not line.endswith(b"\n"):
-                return  # the last write was cut short
+                _torn(path, number)  # the last write was cut short
+                return
             offset += len(line)
             if not line.strip():
                 continue
             if bad is not None:
-                raise InputError("corrupt record", file=str(path), line=bad,
-                                 expected="one JSON object per line")
+                raise InputError("corrupt record", file=str(path), line=bad, expected=EXPECTED)
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+                record = _decode(line)
+            except ValueError:
                 bad = number  # torn if nothing but blank lines follow
                 continue
-            yield offset, record
+            yield offset, number, record
+        if bad is not None:
+            _torn(path, bad)
+
+
+def _torn(path: Path, line: int) -> None:
+    warnings.warn(DataWarning(f"{path}:{line}: the last record is cut short (a write that "
+                              "did not finish) and is left out"), stacklevel=3)
+
+
+def records(path: str | Path, errors: list[InputError] | None = None
+            ) -> Iterator[tuple[int, Any]]:
+    """(line number, record) of each non-blank line of a JSONL file a person wrote. A
+    line that is not UTF-8 JSON (NUL bytes and nesting too deep for Python included)
+    raises an InputError naming it, or, given `errors`, is added there and skipped (to
+    report every bad line at once)."""
+    file = str(path)
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8")
+                if number == 1:
+                    text = text.removeprefix("\ufeff")  # a byte-order mark, as editors write
+                if not text.strip():
+                    continue
+                record = json.loads(text)
+            except UnicodeDecodeError as exc:
+                problem = InputError(f"not UTF-8 ({exc.reason} at byte {exc.start + 1})",
+                                     file=file, line=number, expected="a UTF-8 text file")
+            except json.JSONDecodeError as exc:
+                problem = InputError(f"not valid JSON ({exc.msg} at column {exc.colno})",
+                                     file=file, line=number, expected=EXPECTED)
+            except RecursionError:
+                problem = InputError("nested too deeply", file=file, line=number,
+                                     expected=EXPECTED)
+            else:
+                yield number, record
+                continue
+            if errors is None:
+                raise problem
+            errors.append(problem)
 
 
 def read(path: str | Path) -> list[Any]:
     """Every complete record; a torn last line is dropped."""
-    return [record for _, record in scan(path)]
+    return [record for _, _, record in scan(path)]
 
 
 def repair(path: str | Path) -> int:
@@ -76,7 +147,7 @@ def repair(path: str | Path) -> int:
     if not path.is_file():
         return 0
     good_end = 0
-    for good_end, _ in scan(path):
+    for good_end, _, _ in scan(path):
         pass
     size = path.stat().st_size
     if good_end < size:

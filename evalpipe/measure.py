@@ -6,10 +6,11 @@
 
 Runs each question through the engine with each format (calculator + math
 tools) and counts, over every tool-call attempt (a parsed call or a parse
-error), how many parsed and validated against the tool's schema: lenient is
-what the engine executes; strict re-parses the same raw replies with
-lenient=False. A sample is valid when all of its attempts are. Nothing is
-written unless --dump is given (the raw replies, for fixtures).
+error), how many parsed and validated against the tool's schema, by the
+scorer's rule (format_valid and format_valid_strict, scoring/score.py): lenient
+is what the engine executes; strict is the engine's strict parse of the same
+replies. A sample is valid when all of its attempts are. Nothing is written
+unless --dump is given (the raw replies, for fixtures).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from evalpipe.engine import CellRuntime, Engine
 from evalpipe.formats import get_format
 from evalpipe.questions import Question
 from evalpipe.records import Sample
+from evalpipe.scoring.score import call_stats
 from evalpipe.tools import Toolset, build_toolset
 
 DEFAULT_QUESTIONS = ["datasets/sample/arithmetic.jsonl", "datasets/sample/plan.jsonl"]
@@ -69,36 +71,48 @@ class Validity:
         }
 
 
-def validity(samples: list[Sample], fmt_name: str, toolset: Toolset | None = None) -> Validity:
-    toolset = toolset or build_toolset("math")
-    fmt = get_format(fmt_name)
-    fmt.prepare([], toolset.schemas(), False)  # xml learns the schemas
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}% ({part}/{whole})"
+
+
+def describe(name: str, v: Validity) -> str:
+    """One format's validity in words, saying so when there was nothing to measure."""
+    if not v.samples_attempted:
+        return (f"{name}: no call attempted in {v.samples} samples: nothing to measure (the "
+                "model answered without calling a tool; try more --turns, a larger "
+                "--max-new-tokens or another model)")
+    errors = ", ".join(f"{k} {n}" for k, n in sorted(v.error_kinds.items())) or "none"
+    strict = ", ".join(f"{k} {n}" for k, n in sorted(v.strict_error_kinds.items())) or "none"
+    return (f"{name}: {v.samples_attempted} of {v.samples} samples attempted a call "
+            f"({v.attempts} attempts). Calls valid: {_share(v.valid, v.attempts)} lenient, "
+            f"{_share(v.valid_strict, v.attempts)} strict. Samples with every attempt valid: "
+            f"{_share(v.samples_valid, v.samples_attempted)} lenient, "
+            f"{_share(v.samples_valid_strict, v.samples_attempted)} strict. Errors: {errors} "
+            f"(strict parser: {strict}).")
+
+
+def validity(samples: list[Sample]) -> Validity:
+    """Counts of valid call attempts by the scorer's own rule (scoring.score.call_stats:
+    what the engine parsed, leniently and strictly, and what the tools accepted), and of
+    the error kinds that made the others invalid."""
     out = Validity()
     for sample in samples:
+        record = sample.to_dict()
+        turns = record["turns"]
+        stats = call_stats(turns, set(record["settings"].get("tools_offered") or ()))
         out.samples += 1
-        attempts = valid = valid_strict = 0
-        for turn in sample.turns:
-            for mode in ("lenient", "strict"):
-                result = fmt.parse(turn["raw"], lenient=mode == "lenient")
-                ok = sum(toolset.check(c) is None for c in result.calls)
-                kinds = out.error_kinds if mode == "lenient" else out.strict_error_kinds
-                for e in result.errors:
-                    kinds[e.kind] = kinds.get(e.kind, 0) + 1
-                for c in result.calls:
-                    problem = toolset.check(c)
-                    if problem:
-                        kinds[problem[0]] = kinds.get(problem[0], 0) + 1
-                if mode == "lenient":
-                    n = len(result.calls) + len(result.errors)
-                    attempts += n
-                    valid += ok
-                else:
-                    valid_strict += min(ok, n)
-        out.attempts += attempts
-        out.valid += valid
-        out.valid_strict += valid_strict
-        if attempts:
+        out.attempts += stats.attempted
+        out.valid += stats.valid
+        out.valid_strict += stats.valid_strict
+        if stats.attempted:
             out.samples_attempted += 1
-            out.samples_valid += valid == attempts
-            out.samples_valid_strict += valid_strict == attempts
+            out.samples_valid += bool(stats.format_valid)
+            out.samples_valid_strict += bool(stats.format_valid_strict)
+        for turn in turns:
+            refused = [e["error"] for e in turn.get("tool_events") or ()
+                       if e.get("error") in ("unknown_tool", "invalid_arguments")]
+            for kinds, errors in ((out.error_kinds, turn.get("parse_errors")),
+                                  (out.strict_error_kinds, turn.get("strict_errors"))):
+                for kind in [e["kind"] for e in errors or ()] + refused:
+                    kinds[kind] = kinds.get(kind, 0) + 1
     return out

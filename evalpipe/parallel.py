@@ -14,6 +14,11 @@ when the launcher sets it, else rank 0 picks one and writes it to a small
 rendezvous file that the other ranks wait for (named from the config hash and
 the launch's own coordinates, so two launches never read each other's).
 
+`Shard` is what a run asks of all this: this process's share of the questions,
+where its samples go, the run id every rank agrees on, and, on rank 0, waiting for
+the parts and merging them. Alone (world 1) it is the whole run and each of its
+steps is a no-op, so the runner never asks how many processes there are.
+
 Nothing here imports torch or accelerate: the environment is all it needs.
 """
 
@@ -23,13 +28,15 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from evalpipe import jsonl
 from evalpipe.errors import InfraError, InputError
 from evalpipe.identity import sample_key
+from evalpipe.store import run_name_problem
 
 T = TypeVar("T")
 RUN_ID_ENV = "EVALPIPE_RUN_ID"
@@ -205,9 +212,9 @@ def _question_order(run_dir: Path) -> dict[str, int]:
     if not path.is_file():
         return {}
     order: dict[str, int] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            order.setdefault(json.loads(line)["id"], len(order))
+    for record in jsonl.read(path):
+        order.setdefault(str(record.get("id") if isinstance(record, dict) else record),
+                         len(order))
     return order
 
 
@@ -240,7 +247,11 @@ def shared_run_id(out_root: str | Path, config_hash: str, make_run_id, rank: int
     it is `make_run_id()`; otherwise rank 0 calls `make_run_id()` and publishes it
     in out_root/.rendezvous/<launch key>.json, which the other ranks wait for."""
     if os.environ.get(RUN_ID_ENV):
-        return os.environ[RUN_ID_ENV]
+        given = os.environ[RUN_ID_ENV]
+        problem = run_name_problem(given)
+        if problem:  # it becomes the run directory's name
+            raise InputError(problem, field=RUN_ID_ENV, expected="a plain folder name")
+        return given
     if world <= 1:
         return make_run_id()
     folder = Path(out_root) / ".rendezvous"
@@ -281,3 +292,95 @@ def forget_run_id(out_root: str | Path, config_hash: str) -> None:
     """Rank 0 removes the rendezvous file once the run is merged."""
     path = Path(out_root) / ".rendezvous" / f"{launch_key(config_hash)}.json"
     path.unlink(missing_ok=True)
+
+
+# -- a run's share --------------------------------------------------------------------------------
+
+Write = Callable[[Iterable[dict[str, Any]]], Any]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This process's share of one run (rank 0 of 1 when it runs alone)."""
+
+    rank: int = 0
+    world: int = 1
+    token: str | None = None  # the launch key, under data parallelism
+
+    @classmethod
+    def from_environment(cls, config_hash: str) -> Shard:
+        rank, world = rank_world()
+        return cls(rank, world, launch_key(config_hash) if world > 1 else None)
+
+    @property
+    def alone(self) -> bool:
+        return self.world == 1
+
+    @property
+    def helper(self) -> bool:
+        """A rank other than 0: it writes its part only; rank 0 writes the rest."""
+        return self.rank > 0
+
+    def run_id(self, out_root: Path, config_hash: str, make_run_id: Callable[[], str]) -> str:
+        return shared_run_id(out_root, config_hash, make_run_id, self.rank, self.world)
+
+    def refuse_an_earlier_run(self, run_dir: Path) -> None:
+        """A new run never appends to an earlier run's directory (a reused
+        EVALPIPE_RUN_ID): that is --resume's job. This launch's ranks share the
+        directory; an earlier launch's manifest names another launch."""
+        manifest = run_dir / "manifest.json"
+        if self.alone:
+            earlier = run_dir.exists()
+        elif not self.helper:
+            earlier = manifest.exists()
+        else:
+            try:
+                earlier = json.loads(manifest.read_text(encoding="utf-8")).get("launch") \
+                    != self.token
+            except (OSError, ValueError):  # no manifest yet: rank 0 has not begun
+                earlier = False
+        if earlier:
+            raise InputError(f"run directory {run_dir} exists already: a new run does not "
+                             "append to an earlier one", field=RUN_ID_ENV,
+                             expected=f"a new {RUN_ID_ENV}, or --resume {run_dir} to continue "
+                             "that run")
+
+    def questions(self, items: Sequence[T]) -> list[T]:
+        return shard(items, self.rank, self.world)
+
+    def writer(self, run_dir: Path, alone: Write) -> Write:
+        """Where this process's samples go: its part file, or `alone` when it is the run."""
+        if self.alone:
+            return alone
+        return lambda samples: append_part(run_dir, self.rank, samples)
+
+    def begin(self, run_dir: Path, manifest: dict[str, Any] | None = None) -> None:
+        """Before the first sample: cut a torn line off this rank's part (a killed
+        rank), and on rank 0 record the launch in the manifest."""
+        if self.alone:
+            return
+        if manifest is not None:
+            manifest.update(world_size=self.world, launch=self.token)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        repair_part(run_dir, self.rank)
+
+    def done(self, run_dir: Path, count: int | None = None) -> None:
+        """This rank's part is complete."""
+        if not self.alone:
+            mark_done(run_dir, self.rank, count, token=self.token)
+
+    def merge(self, run_dir: Path, out_root: Path, config_hash: str,
+              cell_order: Sequence[str], timeout: float) -> int | None:
+        """Rank 0, once its own part is done: wait up to `timeout` seconds for every
+        rank's, merge them into samples.jsonl; the samples merged (None alone)."""
+        if self.alone:
+            return None
+        self.done(run_dir)
+        missing = wait_for_parts(run_dir, self.world, token=self.token, timeout=timeout)
+        if missing:
+            raise InfraError(f"ranks {missing} did not finish their share of {run_dir}; "
+                             "their parts are kept: continue with --resume")
+        merged = merge_parts(run_dir, self.world, cell_order=cell_order)
+        forget_run_id(out_root, config_hash)
+        return merged
+

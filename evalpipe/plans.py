@@ -17,6 +17,7 @@ typo ("$anny") is an error rather than a silent literal.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from evalpipe.records import ToolCall
@@ -159,16 +160,36 @@ def check_value(value: Any, earlier: set[str], where: str, top: bool = True
     return None
 
 
-def execute_gold_plan(steps: list[dict[str, Any]], toolset: Toolset) -> dict[str, Any]:
-    """Run a gold plan with the real tools (the first accepted value of each $any);
-    returns step id -> result.
+@dataclass
+class GoldRun:
+    results: dict[str, Any]  # step id -> what its tool returned
+    failed: dict[str, str]  # step id -> why the tool refused or failed it
+    skipped: list[str]  # step ids whose tool is not at hand, or that need a failed step
 
-    Raises ValueError naming the step when a tool refuses or fails."""
-    results: dict[str, Any] = {}
+
+def execute_gold_plan(steps: list[dict[str, Any]], toolset: Toolset | None = None) -> GoldRun:
+    """Run a gold plan with the real tools (default: the built-in ones), in order, each
+    step with the first accepted value of each $any and its references resolved.
+
+    One policy for every reader: never raise, run what can run, and say what failed.
+    A step whose tool is not at hand (search_site, a user's or a question's own tool)
+    or that needs a step without a result is skipped. `evalpipe validate` reports a
+    failed step as an error of the question file; the scorer checks references against
+    the results there are (a broken gold plan is the file's problem, never a reason
+    for scoring to stop)."""
+    if toolset is None:
+        from evalpipe.tools.builtin import BUILTIN_TOOLS
+
+        toolset = Toolset(dict(BUILTIN_TOOLS))
+    run = GoldRun({}, {}, [])
     for step in steps:
-        call = ToolCall(step["name"], resolve(step["arguments"], results), id=step["id"])
+        if step["name"] not in toolset.tools or not references(step) <= run.results.keys():
+            run.skipped.append(step["id"])
+            continue
+        call = ToolCall(step["name"], resolve(step["arguments"], run.results), id=step["id"])
         (event,) = toolset.execute([call])
         if event.error:
-            raise ValueError(f"step {step['id']} ({step['name']}): {event.error_message}")
-        results[step["id"]] = event.result
-    return results
+            run.failed[step["id"]] = f"step {step['id']} ({step['name']}): {event.error_message}"
+        else:
+            run.results[step["id"]] = event.result
+    return run

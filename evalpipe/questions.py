@@ -1,10 +1,14 @@
-"""Question records: schema, loading through HF datasets, validation.
+"""Question records: schema, reading, validation.
 
-A local JSONL file is read with the datasets `text` builder, one row per line,
-so that every error names the line it comes from and mixed-type fields (an
-answer that is a number in one record and a string in the next) never meet
-Arrow's schema inference. Parquet/CSV files and Hub dataset names go through
-`load_dataset` directly; their "line" is the row number.
+Every question source is read through one path, `read_records`, by `run` and
+`validate` alike: a JSONL file (or a .json file of JSON lines) line by line with
+evalpipe.jsonl.records, so that every error names its line and mixed-type fields
+(an answer that is a number in one record and a string in the next) never meet a
+table's schema inference; a .json array with the json module; CSV and Parquet
+files and Hub dataset names through HF datasets' `load_dataset` (a CSV row is
+numbered by its line, a Parquet or dataset row from 1). A config may map a
+file's own columns onto evalpipe's fields (QuestionSource, docs/questions.md). A
+file with no record is an error of its own.
 """
 
 from __future__ import annotations
@@ -16,16 +20,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalpipe import jsonl
 from evalpipe.errors import InputError
 from evalpipe.plans import check_value
 from evalpipe.tools.schema_only import definition_problem
 
 ANSWER_TYPES = ("number", "text", "abstain", "calls")  # calls: graded by its tool calls alone
 _REQUIRED = {"id": str, "suite": str, "question": str}
-_KNOWN = {
+FIELDS = (  # every field of a question record (docs/questions.md)
     "id", "suite", "question", "answer", "answer_type", "aliases", "lang",
     "gold_calls", "gold_passages", "tags", "tools",
-}
+)
+_KNOWN = set(FIELDS)
 
 
 @dataclass
@@ -153,31 +159,90 @@ def parse_question(record: Any, *, file: str, line: int) -> Question:
 BFCL_SOURCE = "bfcl:"  # "bfcl:simple_python": a BFCL category read from the pinned wheel
 
 
-def _rows(source: str) -> Iterable[tuple[int, Any]]:
-    """Yield (line number, decoded record) from a file, a BFCL category or a Hub dataset name."""
+# Fields whose value is a list or an object: a CSV cell (text) holding one is JSON.
+STRUCTURED = {"aliases": list, "tags": list, "gold_calls": list, "gold_passages": list,
+              "tools": list}
+ROW = "$row"  # `fields: {id: $row}`: the id is the file's stem and the record's number
+SOURCE_KEYS = {"path", "fields", "values"}
+
+
+@dataclass(frozen=True)
+class QuestionSource:
+    """A question file and how its records map onto evalpipe's fields: `fields` names,
+    per evalpipe field, the column that holds it (or `$row` for an id made of the
+    file's stem and the record's number); `values` gives a field one value for every
+    record (a suite, an answer type, a language). Without either, the records are in
+    evalpipe's schema already (docs/questions.md)."""
+
+    path: str
+    fields: dict[str, str] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mapped(self) -> bool:
+        return bool(self.fields or self.values)
+
+
+def as_source(entry: str | Path | dict[str, Any] | QuestionSource) -> QuestionSource:
+    """A config's `questions` entry (a path, or {path, fields, values}) as a source."""
+    if isinstance(entry, QuestionSource):
+        return entry
+    if isinstance(entry, dict):
+        return QuestionSource(str(entry["path"]), dict(entry.get("fields") or {}),
+                              dict(entry.get("values") or {}))
+    return QuestionSource(str(entry))
+
+
+def question_sources(entries: Iterable[str | Path | dict[str, Any] | QuestionSource]
+                     ) -> list[QuestionSource]:
+    """The sources of a config's `questions`; a folder expands into its *.jsonl files,
+    sorted for a stable order."""
+    out: list[QuestionSource] = []
+    for entry in map(as_source, entries):
+        folder = Path(entry.path)
+        if folder.is_dir():
+            out.extend(QuestionSource(str(p), entry.fields, entry.values)
+                       for p in sorted(folder.rglob("*.jsonl")))
+        else:
+            out.append(entry)
+    return out
+
+
+def question_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Expand folders into their *.jsonl files, sorted for a stable order."""
+    return [Path(s.path) for s in question_sources(paths)]
+
+
+def _table_rows(source: str, errors: list[InputError] | None = None
+                ) -> Iterable[tuple[int, Any]]:
+    """(row, record) of a file, a BFCL category or a Hub dataset name. A JSONL line and
+    a CSV row are numbered by their line in the file (a CSV's header is line 1); a JSON
+    array's records, a Parquet file's rows and a dataset's rows from 1. Given `errors`,
+    a JSON line that cannot be read is added there and skipped (jsonl.records)."""
     if source.startswith(BFCL_SOURCE):
         from evalpipe.bfcl import category_records
 
         yield from enumerate(category_records(source[len(BFCL_SOURCE):]), start=1)
         return
+    path = Path(source)
+    if _is_json(source) and path.is_file():
+        if path.suffix == ".json" and _holds_array(path):
+            yield from _array_rows(path)
+        else:
+            yield from jsonl.records(path, errors)  # JSON lines, as `validate` reads them
+        return
     import datasets
 
     datasets.disable_progress_bars()
-    path = Path(source)
-    if path.suffix in (".jsonl", ".json") and path.is_file():
-        lines = datasets.load_dataset("text", data_files=str(path), split="train")
-        for number, row in enumerate(lines, start=1):
-            text = row["text"].strip()
-            if not text:
-                continue
-            try:
-                yield number, json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                 file=source, line=number, expected="one JSON object per line")
-        return
+    first = 1
     if path.suffix in (".parquet", ".csv") and path.is_file():
-        table = datasets.load_dataset(path.suffix[1:], data_files=str(path), split="train")
+        try:
+            table = datasets.load_dataset(path.suffix[1:], data_files=str(path), split="train")
+        except Exception as exc:  # noqa: BLE001 -- pyarrow/pandas say why in their own words
+            raise InputError(f"cannot read the file ({type(exc).__name__}: "
+                             f"{_first_line(exc)})", file=source,
+                             expected=f"a valid {path.suffix[1:]} file") from None
+        first = 2 if path.suffix == ".csv" else 1
     elif path.exists():
         raise InputError("unsupported question file", file=source,
                          expected=".jsonl, .json, .parquet or .csv")
@@ -185,32 +250,117 @@ def _rows(source: str) -> Iterable[tuple[int, Any]]:
         try:
             table = datasets.load_dataset(source, split="train")
         except Exception as exc:  # noqa: BLE001 -- the Hub is unreachable or the name is unknown
-            raise InputError(f"cannot load question set ({type(exc).__name__}: {exc})",
-                             file=source, expected="a local file or a reachable dataset name")
-    for number, row in enumerate(table, start=1):
-        yield number, {k: v for k, v in row.items() if v is not None}
+            raise InputError(f"cannot load question set ({type(exc).__name__}: "
+                             f"{_first_line(exc)})", file=source,
+                             expected="a local file or a reachable dataset name") from None
+    for number, row in enumerate(table, start=first):
+        yield number, dict(row)  # an empty cell is None: not given
 
 
-def question_files(paths: Iterable[str | Path]) -> list[Path]:
-    """Expand folders into their *.jsonl files, sorted for a stable order."""
-    out: list[Path] = []
-    for p in map(Path, paths):
-        out.extend(sorted(p.rglob("*.jsonl")) if p.is_dir() else [p])
+def _holds_array(path: Path) -> bool:
+    """Whether a .json file is one array of records (else it is JSON lines)."""
+    with open(path, "rb") as f:
+        head = f.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip()
+    return head.startswith(b"[")
+
+
+def _first_line(exc: Exception) -> str:
+    """The first line of a library's error, cut to a length a one-line error can carry."""
+    return (str(exc).strip().splitlines() or [""])[0][:200]
+
+
+def _array_rows(path: Path) -> Iterable[tuple[int, Any]]:
+    """(number from 1, record) of a .json file holding one array of records."""
+    try:
+        records = json.loads(path.read_text(encoding="utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 ({exc.reason})", file=str(path),
+                         expected="a UTF-8 text file") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc.msg})", file=str(path), line=exc.lineno,
+                         expected="one JSON array of records") from None
+    yield from enumerate(records, start=1)
+
+
+def _is_json(path: str) -> bool:
+    return Path(path).suffix in (".jsonl", ".json")
+
+
+def map_record(record: Any, source: QuestionSource, line: int) -> Any:
+    """A record of `source` in evalpipe's field names: each mapped column under its
+    field, the fixed values, and the columns already named like a field; other columns
+    are left out. A list or object field given as text (a CSV cell) is decoded as JSON."""
+    if not isinstance(record, dict):
+        return record
+    if not source.mapped:  # an empty table cell (None) is a field not given
+        table = not (_is_json(source.path) or source.path.startswith(BFCL_SOURCE))
+        return {k: v for k, v in record.items() if v is not None} if table else record
+    out: dict[str, Any] = {}
+    for name, column in source.fields.items():
+        if column == ROW:
+            out[name] = f"{Path(source.path).stem}-{line}"
+        elif column in record:
+            if record[column] is not None:
+                out[name] = record[column]
+        elif name not in source.values:
+            raise InputError(f"no column {column!r} (mapped by fields.{name})",
+                             file=source.path, line=line, field=name,
+                             expected="one of the columns " + ", ".join(map(repr, record)))
+    mapped_columns = set(source.fields.values())
+    for name, value in record.items():
+        if name in _KNOWN and name not in out and name not in mapped_columns \
+                and value is not None:
+            out[name] = value
+    for name, value in source.values.items():
+        out.setdefault(name, value)
+    for name, kind in STRUCTURED.items():
+        value = out.get(name)
+        if isinstance(value, str):
+            try:
+                out[name] = json.loads(value) if value.strip() else kind()
+            except json.JSONDecodeError as exc:
+                raise InputError(f"text that is not JSON ({exc.msg} at column {exc.colno})",
+                                 file=source.path, line=line, field=name,
+                                 expected=f"a JSON {kind.__name__} in the cell") from None
+        elif hasattr(value, "tolist"):  # a Parquet list read as an array
+            out[name] = value.tolist()
     return out
 
 
-def load_questions(source: str | Path) -> list[Question]:
+def read_records(entry: str | Path | dict[str, Any] | QuestionSource,
+                 errors: list[InputError] | None = None) -> Iterable[tuple[int, Any]]:
+    """(line or row, record in evalpipe's field names) of one question source: what
+    `run` and `validate` both read. A record that cannot be read or mapped raises its
+    InputError; given `errors`, it is added there and skipped, so that every bad record
+    is named at once."""
+    source = as_source(entry)
+    unknown = sorted(set(source.fields) - _KNOWN) + sorted(set(source.values) - _KNOWN)
+    if unknown:
+        raise InputError(f"unknown field {unknown[0]!r} in the mapping", file=source.path,
+                         field="fields" if unknown[0] in source.fields else "values",
+                         expected="one of " + ", ".join(FIELDS))
+    for line, record in _table_rows(source.path, errors):
+        try:
+            yield line, map_record(record, source, line)
+        except InputError as exc:
+            if errors is None:
+                raise
+            errors.append(exc)
+
+
+def load_questions(source: str | Path | dict[str, Any] | QuestionSource) -> list[Question]:
     """Load and validate one question set; the first bad record stops with an InputError."""
-    source = str(source)
+    src = as_source(source)
     questions: list[Question] = []
     seen: dict[str, int] = {}
-    for line, record in _rows(source):
-        q = parse_question(record, file=source, line=line)
+    for line, record in read_records(src):
+        q = parse_question(record, file=src.path, line=line)
         if q.id in seen:
             raise InputError(f"duplicate id {q.id!r} (first on line {seen[q.id]})",
-                             file=source, line=line, field="id", expected="ids unique within a file")
+                             file=src.path, line=line, field="id",
+                             expected="ids unique within a file")
         seen[q.id] = line
         questions.append(q)
     if not questions:
-        raise InputError("no questions", file=source, expected="at least one record")
+        raise InputError("no questions", file=src.path, expected="at least one record")
     return questions

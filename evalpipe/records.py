@@ -72,12 +72,13 @@ class Generation:
     completion_tokens: int = 0
     prefill_ms: float = 0.0  # time to first token
     decode_ms: float = 0.0
-    finish_reason: str = "stop"  # stop | length | error
+    finish_reason: str = "stop"  # stop | length | error | malformed
     tool_calls: list[ToolCall] | None = None  # structured calls (openai backend)
-    error: str | None = None
+    error: str | None = None  # why it failed (error), or why the reply did not fit (malformed)
     cached: bool = False
     prefix_tokens: int = 0  # prompt tokens served from the shared-prefix store
     prefill_compute_ms: float | None = None  # share of batched prefill time; None: unknown
+    model: str | None = None  # the model a server says answered (its reply's `model`)
 
 
 @dataclass
@@ -120,6 +121,7 @@ class Turn:
     prefix_tokens: int = 0  # prompt tokens served from the shared-prefix store
     prefill_compute_ms: float | None = None  # share of batched prefill time; None: unknown
     prompt_blocks: list[str] = field(default_factory=list)  # the exact prompt (evalpipe.prompts)
+    malformed: str | None = None  # why the server's reply did not fit the wire shape
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,7 +156,7 @@ class Sample:
     retrieved: list[dict[str, Any]]
     final_answer: str
     reasoning: str
-    stop_reason: str  # answered | turn_limit | length | infra_error
+    stop_reason: str  # answered | turn_limit | length | infra_error | malformed_reply
     error: str | None = None
     wall_ms: float = 0.0
     repeat: int = 0  # with cell_id and question_id, the sample's identity
@@ -202,7 +204,7 @@ class TurnRecord(TypedDict):
     completion_tokens: int
     prefill_ms: float  # time to first token
     decode_ms: float
-    finish_reason: str  # stop | length | error
+    finish_reason: str  # stop | length | error | malformed
     cached: bool  # the reply came from the generation cache
     request_hash: NotRequired[str]  # wire messages + tools, independent of the template
     tool_events: list[ToolEventRecord]
@@ -210,6 +212,7 @@ class TurnRecord(TypedDict):
     prefix_tokens: NotRequired[int]  # prompt tokens served from the shared-prefix store
     prefill_compute_ms: NotRequired[float | None]  # share of batched prefill; None: unknown
     prompt_blocks: NotRequired[list[str]]  # block ids of the exact prompt (evalpipe.prompts)
+    malformed: NotRequired[str | None]  # why the server's reply did not fit the wire shape
 
 
 class SampleRecord(TypedDict):
@@ -226,7 +229,7 @@ class SampleRecord(TypedDict):
     retrieved: list[dict[str, Any]]  # RetrievedChunk dicts pasted into the prompt or searched
     final_answer: str  # the last reply's content without calls or reasoning
     reasoning: str  # text inside <think>...</think>
-    stop_reason: str  # answered | turn_limit | length | infra_error
+    stop_reason: str  # answered | turn_limit | length | infra_error | malformed_reply
     error: str | None  # the infrastructure error, when stop_reason is infra_error
     wall_ms: float
     repeat: NotRequired[int]  # with cell_id and question_id, the sample's identity

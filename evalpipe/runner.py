@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import json
 import os
 import signal
 import sys
@@ -20,14 +22,15 @@ from tqdm.auto import tqdm
 from evalpipe import parallel
 from evalpipe.backends import load_backend
 from evalpipe.cache import GenerationCache
-from evalpipe.config import Cell, RunConfig, stable_hash
+from evalpipe.config import Cell, RetrievalSection, RunConfig, stable_hash
 from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
 from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, CellRuntime, Engine
-from evalpipe.errors import EvalpipeError, InfraError, InputError, Interrupted
+from evalpipe.errors import EvalpipeError, InputError, Interrupted
 from evalpipe.formats import get_format
+from evalpipe.health import first_turn_tokens, ignored_tools
 from evalpipe.identity import sample_key
 from evalpipe.probe import probe_questions, run_probe
-from evalpipe.questions import Question, load_questions, question_files
+from evalpipe.questions import Question, load_questions, question_sources
 from evalpipe.records import SCHEMA_VERSION
 from evalpipe.store import RunStore, git_commit, machine, new_run_id, package_versions, storage
 from evalpipe.tools import ToolLimits, build_toolset
@@ -38,12 +41,13 @@ def select_questions(config: RunConfig) -> list[Question]:
     """The questions of the run: every file, filtered by suite, `limit` per suite."""
     questions: list[Question] = []
     origin: dict[str, str] = {}
-    for path in question_files(config.questions):
-        for q in load_questions(path):
+    for source in question_sources(config.questions):
+        for q in load_questions(source):
             if q.id in origin:
-                raise InputError(f"question id {q.id!r} also in {origin[q.id]}", file=str(path),
-                                 field="id", expected="ids unique across the run's question sets")
-            origin[q.id] = str(path)
+                raise InputError(f"question id {q.id!r} also in {origin[q.id]}",
+                                 file=source.path, field="id",
+                                 expected="ids unique across the run's question sets")
+            origin[q.id] = source.path
             questions.append(q)
     if config.suites:
         questions = [q for q in questions if q.suite in config.suites]
@@ -69,11 +73,11 @@ class Corpus:
     def __post_init__(self):
         self._retrievers: dict[str, Any] = {}
 
-    def searcher(self, settings: dict[str, Any]) -> Callable[[str, int], list[dict[str, Any]]]:
+    def searcher(self, settings: RetrievalSection) -> Callable[[str, int], list[dict[str, Any]]]:
         """A search function for one retrieval setting; indexes are built once and shared."""
         from evalpipe.retrieval import build_retriever
 
-        key = stable_hash({k: v for k, v in settings.items() if k not in ("mode", "k")})
+        key = stable_hash({k: v for k, v in settings.record().items() if k not in ("mode", "k")})
         if key not in self._retrievers:
             self._retrievers[key] = build_retriever(settings, self.chunks)
         retriever = self._retrievers[key]
@@ -94,30 +98,37 @@ def fingerprint(cell: Cell, backend_facts: dict, toolset_schemas: list, config: 
     model = {k: v for k, v in backend_facts.items() if k != "engine"}
     return stable_hash({
         "model": model, "format": cell.format, "toolset": cell.toolset,
-        "tools": toolset_schemas, "retrieval": cell.retrieval,
-        "corpus": corpus.version if corpus and cell.retrieval["mode"] != "none" else None,
-        "chunking": config.chunking if cell.retrieval["mode"] != "none" else None,
+        "tools": toolset_schemas, "retrieval": cell.retrieval.record(),
+        "corpus": corpus.version if corpus and cell.retrieval.on else None,
+        "chunking": config.chunking.model_dump() if cell.retrieval.on else None,
         "generation": config.generation.to_dict(), "max_turns": config.max_turns,
         "system_prompt": config.system_prompt or DEFAULT_SYSTEM_PROMPT,
         # only when set, so the cells of runs made before the setting keep their fingerprint
         **({"final_answer_line": True} if config.final_answer_line else {}),
-        **({"schema_tools": config.schema_tools} if any(q.tools for q in questions) else {}),
+        **({"schema_tools": config.schema_tools.model_dump()}
+           if any(q.tools for q in questions) else {}),
         "questions": stable_hash([q.to_dict() for q in questions]),
     }, n=16)
 
 
+def _silent(_: str) -> None:
+    pass
+
+
 def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path | None = None,
-                use_cache: bool = True, echo: Callable[[str], None] = print,
-                engine: Engine | None = None, retry_infra: bool = False) -> Path:
+                use_cache: bool = True, echo: Callable[[str], None] = _silent,
+                engine: Engine | None = None, retry_infra: bool = False,
+                progress: bool = False) -> Path:
     """Run every cell of the grid and score it; returns the run directory.
 
     With `resume`, continue a stopped run in place: samples already written are
     kept (a torn last line is cut), and only the missing cell x question pairs run.
     With `retry_infra` as well, the samples that failed for infrastructure reasons
-    run again and replace their first attempt in place.
+    run again and replace their first attempt in place. Nothing is printed: `echo`
+    receives the log lines, and `progress` shows a bar per cell on stderr.
     """
     run = Run(config, Path(out_root or "outputs"), resume=resume, retry_infra=retry_infra,
-              echo=echo)
+              echo=echo, progress=progress)
     cache = GenerationCache() if use_cache else None
     try:
         return run.execute(engine or Engine(cache.session if cache else None), cache)
@@ -127,8 +138,11 @@ def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path
 
 
 class _StopFlag:
-    """SIGINT / SIGTERM while a run generates: the first stops new conversations
-    (those in flight finish and are written), a second one stops at once."""
+    """SIGINT / SIGTERM / SIGHUP while a run generates: the first starts no new
+    conversation or turn (requests in flight come back, a local model stops at its next
+    decode step, conversations that ended are written), a second one stops at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self):
         self.signum: int | None = None
@@ -136,7 +150,7 @@ class _StopFlag:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():  # signals reach only it
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in self.SIGNALS:
                 self._saved[signum] = signal.signal(signum, self._handle)
         return self
 
@@ -149,8 +163,8 @@ class _StopFlag:
             raise Interrupted(f"{signal.Signals(signum).name} again: stopped at once; continue "
                               "with --resume RUN_DIR", signum)
         self.signum = signum
-        print(f"{signal.Signals(signum).name}: no new conversations; finishing those in flight "
-              "(send it again to stop at once)", file=sys.stderr, flush=True)
+        print(f"{signal.Signals(signum).name}: no new conversations or turns; finishing the "
+              "requests in flight (send it again to stop at once)", file=sys.stderr, flush=True)
 
     def __bool__(self) -> bool:
         return self.signum is not None
@@ -166,14 +180,14 @@ class Run:
     """
 
     def __init__(self, config: RunConfig, out_root: Path, *, resume: Path | None = None,
-                 retry_infra: bool = False, echo: Callable[[str], None] = print):
-        self.config, self.out_root, self.echo = config, out_root, echo
-        self.rank, self.world = parallel.rank_world()
-        self.token = parallel.launch_key(config.hash()) if self.world > 1 else None
+                 retry_infra: bool = False, echo: Callable[[str], None] = _silent,
+                 progress: bool = False):
+        self.config, self.out_root, self.echo, self.progress = config, out_root, echo, progress
+        self.shard = parallel.Shard.from_environment(config.hash())
         if retry_infra and resume is None:
             raise InputError("--retry-infra re-runs the infra errors of an earlier run",
                              field="--retry-infra", expected="--resume RUN_DIR with it")
-        if retry_infra and self.world > 1:
+        if retry_infra and not self.shard.alone:
             raise InputError("--retry-infra runs in one process", field="WORLD_SIZE",
                              expected="a plain `evalpipe run --resume RUN_DIR --retry-infra`")
         self.retry_infra = retry_infra
@@ -187,25 +201,21 @@ class Run:
         else:
             # Bad input fails here, before anything that looks like a run exists.
             self.questions = select_questions(config)
-            self.run_id = parallel.shared_run_id(
-                out_root, config.hash(), lambda: new_run_id(config.name, config.hash()),
-                self.rank, self.world)
+            self.run_id = self.shard.run_id(out_root, config.hash(),
+                                            lambda: new_run_id(config.name, config.hash()))
             self.store = RunStore(out_root / self.run_id)
             self.manifest = None
+            self.shard.refuse_an_earlier_run(self.store.path)
         self.corpus = None
-        if config.corpus and any(c.retrieval["mode"] != "none" for c in self.cells):
+        if config.corpus and any(c.retrieval.on for c in self.cells):
             docs = load_corpus(config.corpus)
-            self.corpus = Corpus(chunk_corpus(docs, config.chunking["size"],
-                                              config.chunking["overlap"]), corpus_version(docs))
-        if self.world > 1:
-            self.write = lambda samples: parallel.append_part(self.store.path, self.rank, samples)
-        elif retry_infra:
-            self.write = self.store.append_retries
-        else:
-            self.write = self.store.append_samples
+            self.corpus = Corpus(chunk_corpus(docs, config.chunking.size, config.chunking.overlap),
+                                 corpus_version(docs))
+        self.write = self.shard.writer(self.store.path, self.store.append_retries
+                                       if retry_infra else self.store.append_samples)
 
     def execute(self, engine: Engine, cache: GenerationCache | None) -> Path:
-        if self.rank > 0:
+        if self.shard.helper:
             self._execute_helper(engine)
             return self.store.path
         with self.store:
@@ -219,10 +229,10 @@ class Run:
                                           f"--resume {self.store.path}", stop.signum)
                     self._finish(cache)  # a signal now lets the short finish complete
             except Interrupted as exc:
-                self._end("interrupted", str(exc))
+                self._end("interrupted", exc, str(exc))
                 raise
             except BaseException as exc:
-                self._end("failed", f"{type(exc).__name__}: {exc}")
+                self._end("failed", exc, f"{type(exc).__name__}: {exc}")
                 raise
         return self.store.path
 
@@ -252,12 +262,10 @@ class Run:
         if self.retry_infra:
             self.retry_pairs, self.retrying = self._infra_samples()
             self.done -= self.retry_pairs
-        if self.world > 1:
-            self.manifest["world_size"] = self.world
-            parallel.repair_part(self.store.path, self.rank)
+        self.shard.begin(self.store.path, self.manifest)
         seeds = self.config.repeat_seeds()
         self.manifest["repeats"] = {"requested": self.config.repeats, "seeds": seeds}
-        self.store.write_json("manifest.json", self.manifest)
+        self.store.write_manifest(self.manifest)
         self.begun = True
         if self.config.repeats > len(seeds):
             self.echo(f"repeats: {self.config.repeats} requested, but decoding is greedy "
@@ -286,7 +294,8 @@ class Run:
                 causes[(s.get("error") or "unknown").splitlines()[0][:200]] += 1
         return pairs, causes
 
-    def _record_cell(self, cell: Cell, runtime: CellRuntime, facts: dict) -> None:
+    def _record_cell(self, cell: Cell, runtime: CellRuntime, facts: dict,
+                     served: dict | None) -> None:
         recorded = self.manifest["cells"].get(cell.id)
         if recorded and recorded["fingerprint"] != runtime.fingerprint:
             raise InputError(
@@ -294,19 +303,27 @@ class Run:
                 "questions changed since it started); start a new run instead",
                 file=str(self.store.manifest_path), field="cells")
         self.manifest["cells"][cell.id] = {"fingerprint": runtime.fingerprint,
-                                           "settings": runtime.settings, "model": facts}
-        self.store.write_json("manifest.json", self.manifest)
+                                           "facets": cell.facets(),
+                                           "settings": runtime.settings, "model": facts,
+                                           **({"served": served} if served is not None else {})}
+        self.store.write_manifest(self.manifest)
 
     def _generate(self, engine: Engine, stop: _StopFlag) -> int:
-        mine = parallel.shard(self.questions, self.rank, self.world)
-        return _run_cells(self.config, self.cells, self.corpus, engine, self.questions, mine,
-                          self.done, self.run_id, self.write, on_cell=self._record_cell,
-                          after_cell=self._probe if self.config.latency_probe else None,
-                          progress=True, stop=stop)
+        return self._run_cells(engine, stop, self.done, on_cell=self._record_cell,
+                               after_cell=self._probe if self.config.latency_probe else None,
+                               progress=self.progress, warn=self._warn)
+
+    def _warn(self, message: str) -> None:
+        """A warning about the run: in its log and in the manifest (reports show it)."""
+        self.echo(f"warning: {message}")
+        warnings = self.manifest.setdefault("warnings", [])
+        if message not in warnings:
+            warnings.append(message)
+            self.store.write_json("manifest.json", self.manifest)
 
     def _probe(self, runtime: CellRuntime) -> None:
         """The latency probe of one cell (evalpipe.probe), once per run: probe.jsonl."""
-        probed = {r["cell_id"] for r in self.store.iter_samples(self.store.probe_path)}
+        probed = {r["cell_id"] for r in self.store.iter_records(self.store.probe_path)}
         if runtime.cell_id in probed:
             return  # probed before this run was resumed
         questions = probe_questions(self.questions, self.config.latency_probe)
@@ -314,18 +331,11 @@ class Run:
 
     def _finish(self, cache: GenerationCache | None) -> None:
         store, manifest = self.store, self.manifest
-        if self.world > 1:
-            parallel.mark_done(store.path, self.rank, token=self.token)
-            missing = parallel.wait_for_parts(store.path, self.world, token=self.token,
-                                              timeout=float(os.environ.get(
-                                                  "EVALPIPE_PART_TIMEOUT", str(24 * 3600))))
-            if missing:
-                raise InfraError(f"ranks {missing} did not finish their share of {store.path}; "
-                                 "their parts are kept: continue with --resume")
-            merged = parallel.merge_parts(store.path, self.world,
-                                          cell_order=[c.id for c in self.cells])
-            parallel.forget_run_id(self.out_root, self.config.hash())
-            self.echo(f"merged {self.world} parts: {merged} samples")
+        merged = self.shard.merge(store.path, self.out_root, self.config.hash(),
+                                  [c.id for c in self.cells], timeout=float(os.environ.get(
+                                      "EVALPIPE_PART_TIMEOUT", str(24 * 3600))))
+        if merged is not None:
+            self.echo(f"merged {self.shard.world} parts: {merged} samples")
         else:  # the cells of a model ran together: their samples in the grid's order
             with storage(store.samples_path):
                 parallel.merge_parts(store.path, 1, cell_order=[c.id for c in self.cells])
@@ -338,98 +348,137 @@ class Run:
             self.echo(f"retried {retried} infra errors; {still} still failed")
         if cache is not None:
             manifest["cache"] = {"hits": cache.hits, "misses": cache.misses,
-                                 "path": str(cache.path)}
+                                 "path": str(cache.path),
+                                 **({"problem": cache.problem} if cache.problem else {})}
             self.echo(f"generation cache: {cache.hits} replies reused, {cache.misses} generated")
         if self.config.judge is not None:
             manifest["judge"] = run_judge(store, self.config.judge, cache, self.echo)
         scores = score_run(store)
-        infra = sum(g.get("n_infra", 0) for g in scores["groups"])
+        # Each sample once: the groups count it under its suite and again under "all".
+        infra = sum(bool(s.get("infra")) for s in scores["samples"])
         if infra:
-            self.echo(f"{infra} samples are infra errors (backend, timeout or tool sandbox): "
+            self.echo(f"{infra} samples are infra errors (backend, timeout or harness): "
                       f"re-run them with `evalpipe run --resume {store.path} --retry-infra`")
         manifest["finished"] = _now()
         manifest["status"] = "finished"
         store.write_json("manifest.json", manifest)
+        store.release()
         _point_latest(store.path)
 
-    def _end(self, status: str, error: str) -> None:
-        """Say in the manifest how the run ended; a full disk may refuse even that. A
-        resume that failed before it began leaves the run's manifest as it was."""
+    def _end(self, status: str, exc: BaseException, error: str) -> None:
+        """Say in the manifest how the run ended, with the space kept for it on a full
+        disk. If even that fails, an EvalpipeError's one line says so. A resume that
+        failed before it began leaves the run's manifest as it was."""
         if self.manifest is None or (self.resumed and not self.begun):
             return
         self.manifest.update(status=status, error=error, ended=_now())
-        try:
-            self.store.write_json("manifest.json", self.manifest)
-        except EvalpipeError:
-            pass
+        why = self.store.write_last_manifest(self.manifest)
+        if why is not None and isinstance(exc, EvalpipeError):
+            exc.args = (f"{exc}; the manifest could not be marked {status} either ({why}): "
+                        + "it still says running",)
 
     # -- helper ranks ----------------------------------------------------------------------
     def _execute_helper(self, engine: Engine) -> None:
         """A rank other than 0: its round-robin share of every cell into
         samples.part{rank}.jsonl, then a done marker. Rank 0 writes the manifest and
         questions.jsonl, merges the parts and scores."""
-        self.store.path.mkdir(parents=True, exist_ok=True)
-        parallel.repair_part(self.store.path, self.rank)
+        self.shard.begin(self.store.path)
         with _StopFlag() as stop:
-            count = _run_cells(self.config, self.cells, self.corpus, engine, self.questions,
-                               parallel.shard(self.questions, self.rank, self.world),
-                               parallel.done_pairs(self.store.path), self.run_id, self.write,
-                               stop=stop)
+            count = self._run_cells(engine, stop, parallel.done_pairs(self.store.path))
         if stop:
-            raise Interrupted(f"rank {self.rank}: {signal.Signals(stop.signum).name}",
+            raise Interrupted(f"rank {self.shard.rank}: {signal.Signals(stop.signum).name}",
                               stop.signum)
-        parallel.mark_done(self.store.path, self.rank, count, token=self.token)
+        self.shard.done(self.store.path, count)
 
-
-def _run_cells(config: RunConfig, cells: list[Cell], corpus: Corpus | None, engine: Engine,
-               questions: list[Question], mine: list[Question],
-               done: set[tuple[str, str, int]], run_id: str,
-               write: Callable[[list[dict]], None], *,
-               on_cell: Callable[[Cell, CellRuntime, dict], None] | None = None,
-               after_cell: Callable[[CellRuntime], None] | None = None,
-               progress: bool = False, stop: _StopFlag | None = None) -> int:
-    """Generate every (cell, question, repeat) of `mine` not yet `done`, one model loaded
-    at a time, the repeats one after another (each with its own seed); the cells of a
-    model share one generation session, so every decode step serves all their rows. Each
-    finished group of samples goes to `write` (the cells' samples interleaved, each cell's
-    in question order). Returns the count written. Once `stop` is set no conversation
-    starts; those in flight finish and are written."""
-    count = 0
-    seeds = config.repeat_seeds()
-    for model in config.models:
-        model_cells = [c for c in cells if c.model is model]
-        todo = {(c.id, r): [q for q in mine if (c.id, q.id, r) not in done]
-                for c in model_cells for r in range(len(seeds))}
-        if not any(todo.values()) or stop:
-            continue
-        backend = load_backend(model)
-        facts = backend.describe()
-        runtimes = [_runtime(cell, backend, facts, config, corpus, questions)
-                    for cell in model_cells]
-        for cell, runtime in zip(model_cells, runtimes):
-            if on_cell is not None:
-                on_cell(cell, runtime, facts)
-        for r, seed in enumerate(seeds):
-            # A repeat differs from the first only in its seed (and its number). The engine
-            # draws questions as conversations end: lazy, stoppable lists.
-            jobs = [(dataclasses.replace(runtime, repeat=r, generation=dataclasses.replace(
-                runtime.generation, seed=seed)), itertools.takewhile(lambda q: not stop, left))
-                for runtime in runtimes if (left := todo[(runtime.cell_id, r)])]
-            if not jobs or stop:
+    # -- every rank ------------------------------------------------------------------------
+    def _run_cells(self, engine: Engine, stop: _StopFlag, done: set[tuple[str, str, int]], *,
+                   on_cell: Callable[[Cell, CellRuntime, dict, dict | None], None] | None = None,
+                   after_cell: Callable[[CellRuntime], None] | None = None,
+                   progress: bool = False, warn: Callable[[str], None] | None = None) -> int:
+        """Generate every (cell, question, repeat) of this shard not yet `done`, one model
+        loaded at a time, the repeats one after another (each with its own seed); the cells
+        of a model share one generation session, so every decode step serves all their
+        rows. Each finished group of one cell's samples is written (the cells' groups
+        interleaved, each cell's in question order; _finish puts the file in grid order).
+        Returns the count written. Once `stop` is set no conversation or turn starts;
+        those in flight finish and are written. After each model, `warn` hears of a cell
+        whose backend seems to have ignored its tools (health.py)."""
+        config, mine = self.config, self.shard.questions(self.questions)
+        count = 0
+        seeds = config.repeat_seeds()
+        for model in config.models:
+            model_cells = [c for c in self.cells if c.model is model]
+            todo = {(c.id, r): [q for q in mine if (c.id, q.id, r) not in done]
+                    for c in model_cells for r in range(len(seeds))}
+            if not any(todo.values()) or stop:
                 continue
-            total = len(mine) * len(model_cells)
-            desc = f"{model['id']} ({len(model_cells)} cells)" + (
-                f" #{r + 1}/{len(seeds)}" if len(seeds) > 1 else "")
-            with tqdm(total=total, initial=total - sum(len(todo[(rt.cell_id, r)])
-                                                       for rt in runtimes),
-                      desc=desc, unit="q", dynamic_ncols=True, disable=not progress) as bar:
-                for samples in engine.run_cells(jobs, run_id, progress=bar.update):
-                    write([s.to_dict() for s in samples])
-                    count += len(samples)
-        if after_cell is not None and not stop:  # the model is still loaded
-            for runtime in runtimes:
-                after_cell(runtime)
-    return count
+            backend = load_backend(model)
+            facts = backend.describe()
+            served = backend.served_identity() if on_cell is not None else None
+            runtimes = [_runtime(cell, backend, facts, config, self.corpus, self.questions)
+                        for cell in model_cells]
+            # cell -> its tools' schemas; cell -> question -> first prompt's tokens
+            offered = {rt.cell_id: rt.toolset.schemas() for rt in runtimes}
+            first_tokens: dict[str, dict[str, int]] = {}
+            for cell, runtime in zip(model_cells, runtimes):
+                if on_cell is not None:
+                    on_cell(cell, runtime, facts, served)
+            for r, seed in enumerate(seeds):
+                # A repeat differs from the first only in its seed (and its number). The
+                # engine draws questions as conversations end: lazy, stoppable lists.
+                jobs = [(dataclasses.replace(runtime, repeat=r, generation=dataclasses.replace(
+                    runtime.generation, seed=seed)), itertools.takewhile(lambda q: not stop, left))
+                    for runtime in runtimes if (left := todo[(runtime.cell_id, r)])]
+                if not jobs or stop:
+                    continue
+                with contextlib.ExitStack() as bars:
+                    # One bar per cell: samples done and time spent, no estimate (batched
+                    # conversations end in waves, so a rate over the first says nothing).
+                    shown = [bars.enter_context(tqdm(
+                        total=len(mine), initial=len(mine) - len(todo[(job.cell_id, r)]),
+                        desc=job.cell_id if len(seeds) == 1
+                        else f"{job.cell_id} #{r + 1}/{len(seeds)}",
+                        position=i, bar_format=BAR_FORMAT, dynamic_ncols=True,
+                        disable=not progress)) for i, (job, _) in enumerate(jobs)]
+                    for samples in engine.run_cells(
+                            jobs, self.run_id, stop=lambda: bool(stop),
+                            progress=lambda job, ended, bars=shown: bars[job].update(ended)):
+                        records = [s.to_dict() for s in samples]
+                        self.write(records)
+                        count += len(samples)
+                        seen = first_tokens.setdefault(samples[0].cell_id, {})
+                        for qid, tokens in first_turn_tokens(records).items():
+                            seen.setdefault(qid, tokens)
+            if after_cell is not None and not stop:  # the model is still loaded
+                for runtime in runtimes:
+                    after_cell(runtime)
+            if warn is not None:
+                for problem in _ignored_tools(model_cells, first_tokens, offered):
+                    warn(problem)
+        return count
+
+
+BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} samples [{elapsed}]"
+
+
+def _ignored_tools(cells: list[Cell], first_tokens: dict[str, dict[str, int]],
+                   offered: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """health.ignored_tools for each cell of one model that offers tools, against the
+    cell of the same retrieval that offers none, when the run has it."""
+    plain = {_retrieval_key(c): c.id for c in cells if not offered.get(c.id)}
+    out = []
+    for cell in cells:
+        if offered.get(cell.id) and first_tokens.get(cell.id):
+            base = plain.get(_retrieval_key(cell))
+            problem = ignored_tools(cell.id, first_tokens[cell.id], offered[cell.id],
+                                    first_tokens.get(base) if base else None)
+            if problem:
+                out.append(problem)
+    return out
+
+
+def _retrieval_key(cell: Cell) -> str:
+    return json.dumps(cell.retrieval.record(), sort_keys=True)
 
 
 def _now() -> str:
@@ -453,15 +502,14 @@ def _point_latest(run_dir: Path) -> None:
 def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus | None,
              questions: list[Question]) -> CellRuntime:
     retrieval = cell.retrieval
-    search = corpus.searcher(retrieval) if corpus and retrieval["mode"] != "none" else None
-    k = int(retrieval.get("k", config.k))
-    limits = ToolLimits(**config.tool_limits)
-    if retrieval["mode"] == "tool":  # k whole chunks must fit in one search result
-        limits.max_result_chars = max(limits.max_result_chars,
-                                      k * (config.chunking["size"] + 200))
+    search = corpus.searcher(retrieval) if corpus and retrieval.on else None
+    k = retrieval.k or config.k
+    limits = ToolLimits(**config.tool_limits.model_dump())
+    if retrieval.mode == "tool":  # k whole chunks must fit in one search result
+        limits.max_result_chars = max(limits.max_result_chars, k * (config.chunking.size + 200))
     toolset = build_toolset(cell.toolset, custom=config.custom_tools, limits=limits)
-    toolset.stub_result = config.schema_tools["result"]
-    if retrieval["mode"] == "tool":  # agentic RAG: retrieval is one more tool
+    toolset.stub_result = config.schema_tools.result
+    if retrieval.mode == "tool":  # agentic RAG: retrieval is one more tool
         toolset = toolset.with_tools(search_site_tool(search, k))
     fmt = get_format(cell.format, tools=toolset.schemas())
     settings = {
@@ -478,9 +526,9 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
         generation=config.generation, max_turns=config.max_turns,
         system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
         final_answer_line=config.final_answer_line,
-        retrieve=search if retrieval["mode"] == "prepend" else None, k=k,
+        retrieve=search if retrieval.mode == "prepend" else None, k=k,
         question_tools=cell.toolset != "none",
-        call_only=config.schema_tools["mode"] == "call_only")
+        call_only=config.schema_tools.mode == "call_only")
 
 
 def run_judge(store: RunStore, settings: dict[str, Any], cache: GenerationCache | None,
@@ -518,7 +566,7 @@ def agreement_line(measured: dict[str, Any]) -> str:
 
 def score_run(store: RunStore, k: int | None = None) -> dict[str, Any]:
     """(Re)compute scores.json and table.md from samples.jsonl and questions.jsonl."""
-    from evalpipe.report.tables import score_table
+    from evalpipe._report.tables import score_table
     from evalpipe.scoring.run import score_records
 
     # Samples stream from the file: a long run's raw records are never all in memory.

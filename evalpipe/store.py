@@ -9,6 +9,8 @@ outputs/<run_id>/
   scores.json       recomputable at any time from the two files above
   table.md          the score table
   .lock             held by the one process writing this run
+  .reserve          disk space kept while the run is written, so that its end (failed,
+                    interrupted) can be recorded in the manifest even on a full disk
 """
 
 from __future__ import annotations
@@ -18,18 +20,20 @@ import fcntl
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from evalpipe import jsonl
-from evalpipe.errors import EvalpipeError, InputError, StorageError
+from evalpipe.errors import DataWarning, EvalpipeError, InputError, StorageError
 from evalpipe.identity import sample_key
-from evalpipe.questions import Question, load_questions
+from evalpipe.questions import Question, parse_question
 
 PACKAGES = ("evalpipe", "torch", "transformers", "datasets", "scikit-learn", "numpy", "gguf",
             "accelerate", "jsonschema")
@@ -117,6 +121,7 @@ class RunStore:
         self._lock_file.flush()
 
     def unlock(self) -> None:
+        self.release()
         if self._lock_file is not None:
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
@@ -129,16 +134,70 @@ class RunStore:
     def __exit__(self, *exc):
         self.unlock()
 
+    # -- the manifest, and the space its last write needs ---------------------------------
+    @property
+    def reserve_path(self) -> Path:
+        return self.path / ".reserve"
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        """Write manifest.json, then keep twice its size in reserve (best effort): the
+        write that records how the run ended must not fail for lack of space."""
+        self.write_json("manifest.json", manifest)
+        need = 2 * (self.manifest_path.stat().st_size + 4096)
+        with contextlib.suppress(OSError):
+            if not self.reserve_path.is_file() or self.reserve_path.stat().st_size < need:
+                with open(self.reserve_path, "ab") as f:
+                    try:
+                        os.posix_fallocate(f.fileno(), 0, need)
+                    finally:
+                        if not os.fstat(f.fileno()).st_size:  # nothing kept: no file
+                            self.release()
+
+    def write_last_manifest(self, manifest: dict[str, Any]) -> str | None:
+        """Record how the run ended, on a full disk too: the reserve is given up for
+        this write. Returns why the manifest could not be written, or None."""
+        failed = None
+        for _ in range(2):  # the second time with the reserve given up
+            try:
+                self.write_json("manifest.json", manifest)
+                failed = None
+                break
+            except StorageError as exc:
+                failed = str(exc).split("; what was written")[0]
+                if not self.reserve_path.exists():
+                    break
+                self.release()
+        self.release()
+        return failed
+
+    def release(self) -> None:
+        """Give the reserved space back (the run is no longer being written)."""
+        with contextlib.suppress(OSError):
+            self.reserve_path.unlink(missing_ok=True)
+
     # -- files -------------------------------------------------------------------------------
     def write_json(self, name: str, data: Any) -> None:
-        """Write whole or not at all: a temp file renamed over the target."""
-        self.write_text(name, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+        """Write whole or not at all: a temp file renamed over the target. Text that no
+        UTF-8 file can hold (a lone surrogate in an error message) is written escaped."""
+        text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = json.dumps(data, indent=2, ensure_ascii=True, default=str)
+        self.write_text(name, text + "\n")
 
     def read_json(self, name: str) -> Any:
         try:
             return json.loads((self.path / name).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise InputError(f"no {name} in run directory", file=str(self.path)) from None
+        except (ValueError, RecursionError) as exc:  # not JSON, or not UTF-8
+            raise InputError(f"unreadable ({type(exc).__name__}: {str(exc)[:200]})",
+                             file=str(self.path / name), expected="the JSON evalpipe wrote"
+                             ) from None
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror or exc}",
+                             file=str(self.path / name)) from None
 
     def write_text(self, name: str, text: str) -> None:
         """Whole or not at all: a temp file renamed over the target."""
@@ -156,7 +215,16 @@ class RunStore:
             json.dumps(q.to_dict(), ensure_ascii=False) + "\n" for q in questions))
 
     def questions(self) -> dict[str, Question]:
-        return {q.id: q for q in load_questions(self.path / "questions.jsonl")}
+        """The run's question snapshot, checked record by record (read as plain JSON
+        lines: the file is evalpipe's own, and HF datasets took seconds to load 20,000)."""
+        path = self.path / "questions.jsonl"
+        if not path.is_file():
+            raise InputError("no questions.jsonl in run directory", file=str(self.path))
+        out: dict[str, Question] = {}
+        for line, record in enumerate(jsonl.read(path), start=1):
+            q = parse_question(record, file=str(path), line=line)
+            out[q.id] = q
+        return out
 
     def append_samples(self, samples: Iterable[dict[str, Any]]) -> None:
         """Append whole records and fsync, so a crash never leaves a half-written batch
@@ -186,25 +254,44 @@ class RunStore:
 
     def read_judgements(self) -> list[dict[str, Any]]:
         """The judge's recorded verdicts (evalpipe.judge); [] when the run has none."""
-        return [r for _, r in jsonl.scan(self.judgements_path)] \
-            if self.judgements_path.exists() else []
+        return list(self.iter_records(self.judgements_path))
 
     def write_judgements(self, records: Iterable[dict[str, Any]]) -> None:
         """Replace judgements.jsonl whole (one record per judged sample)."""
-        self.write_text("judgements.jsonl", "".join(
-            json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        self.write_text("judgements.jsonl", "".join(jsonl.dumps(r) for r in records))
 
     def iter_samples(self, path: Path | None = None) -> Iterator[dict[str, Any]]:
-        """Every complete record, streamed; a torn last line is dropped."""
-        yield from (record for _, record in jsonl.scan(path or self.samples_path))
+        """Every complete sample, streamed, once: a torn last line is dropped and a
+        second record of a (cell, question, repeat) is skipped, each with a DataWarning."""
+        path = path or self.samples_path
+        first: dict[tuple[str, str, int], int] = {}
+        for _, line, record in jsonl.scan(path):
+            try:
+                key = sample_key(record)
+            except (KeyError, TypeError, ValueError):
+                raise InputError("not a sample record", file=str(path), line=line,
+                                 expected="an object with cell_id and question_id") from None
+            if key in first:
+                warnings.warn(DataWarning(
+                    f"{path}:{line}: a second record of cell {key[0]!r}, question {key[1]!r}"
+                    + (f", repeat {key[2]}" if key[2] else "")
+                    + f" (the first is on line {first[key]}); only the first is counted"))
+                continue
+            first[key] = line
+            yield record
+
+    def iter_records(self, path: Path) -> Iterator[dict[str, Any]]:
+        """Every complete record of a JSON-lines file of the run (probe.jsonl,
+        judgements.jsonl), as written; none when the file is absent."""
+        yield from (record for _, _, record in jsonl.scan(path))
 
     def read_samples(self, repair: bool = False) -> list[dict[str, Any]]:
-        """Every complete record; a torn last line (from a kill mid-write) is dropped,
-        and with repair=True also cut from the file so appends continue cleanly."""
+        """Every complete sample, once; a torn last line (from a kill mid-write) is
+        dropped, and with repair=True also cut from the file so appends continue cleanly."""
         if repair:
             with storage(self.samples_path):
                 jsonl.repair(self.samples_path)
-        return jsonl.read(self.samples_path)
+        return list(self.iter_samples())
 
     def fold_retries(self) -> int:
         """Put the re-run samples of samples.retry.jsonl in place of their first
@@ -247,6 +334,18 @@ def require_finished(manifest: dict[str, Any], run_dir: Path, allow_partial: boo
         raise InputError(f"run is {status}, not finished{why}", file=str(run_dir / "manifest.json"),
                          field="status", expected="a finished run, or --allow-partial to read "
                          "the samples it has")
+
+
+_PLAIN_NAME = re.compile(r"[\w][\w.-]{0,99}")
+
+
+def run_name_problem(name: str) -> str | None:
+    """Why a name cannot be part of a run's folder name; None when it can. Names become
+    path components, so they are plain: no separator, no leading dot, no '..'."""
+    if _PLAIN_NAME.fullmatch(name) and ".." not in name:
+        return None
+    return (f"{name!r} cannot name a run folder: use letters, digits, '.', '_' and '-' "
+            "(at most 100, not starting with '.' or '-')")
 
 
 def new_run_id(name: str, config_hash: str) -> str:

@@ -9,6 +9,12 @@ import pytest
 
 # tests import these from helpers; the names stay here for older imports
 from helpers import CHATML, REPO, VECTOR_WIDTHS, ScriptedBackend, last_user, write_jsonl  # noqa: F401
+from hypothesis import settings
+
+# Hypothesis fails an example slower than 200 ms by default: on a loaded machine that is
+# the clock deciding, so no example has a deadline (tests/test_suite_rules.py).
+settings.register_profile("evalpipe", deadline=None)
+settings.load_profile("evalpipe")
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +67,8 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    corpus = ["What is 12 times 7? The answer is 84.", "<tool_call>{\"name\": \"add\", "
-              "\"arguments\": {\"a\": 1, \"b\": 2}}</tool_call>", "Bao nhiêu? Tính 3 cộng 4."] * 20
+    corpus = ["What is 12 times 7? The answer is 84.", ("<tool_call>{\"name\": \"add\", "
+              "\"arguments\": {\"a\": 1, \"b\": 2}}</tool_call>"), "Bao nhiêu? Tính 3 cộng 4."] * 20
     tok.train_from_iterator(corpus, trainers.BpeTrainer(
         vocab_size=400, special_tokens=special,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))

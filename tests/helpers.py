@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -55,6 +58,44 @@ class ScriptedBackend(Backend):
                                       completion_tokens=max(1, len(text) // 4),
                                       prefill_ms=1.0, decode_ms=2.0))
         return out
+
+
+class FakeClock:
+    """A stand-in for the `time` module of the code under test (monkeypatch the module's
+    `time` name): its clocks move only by `tick` at each reading and by what `sleep` is
+    asked to wait, so what the code measures and how long it waits are the same on a
+    loaded machine as on an idle one. `on_sleep` runs at each sleep (to make the awaited
+    thing happen); the other `time` functions are the real ones."""
+
+    def __init__(self, tick: float = 0.0, on_sleep: Callable[[float], None] | None = None):
+        self.elapsed, self.tick, self.on_sleep = 0.0, tick, on_sleep
+        self.wall = time.time()  # time() starts here, so stamps compare with real file times
+        self.sleeps: list[float] = []
+        self._lock = threading.Lock()
+
+    def _advance(self, seconds: float) -> float:
+        with self._lock:
+            self.elapsed += seconds
+            return self.elapsed
+
+    def perf_counter(self) -> float:
+        return self._advance(self.tick)
+
+    def monotonic(self) -> float:
+        return self._advance(self.tick)
+
+    def time(self) -> float:
+        return self.wall + self._advance(self.tick)
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.sleeps.append(seconds)
+        self._advance(max(0.0, seconds))
+        if self.on_sleep is not None:
+            self.on_sleep(seconds)
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
 
 
 def last_user(prompt: str) -> str:
@@ -165,3 +206,22 @@ def tiny_arithmetic_config(tmp_path: Path, model_dir: Path, **extra) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+# Debian's chromium, driven by Playwright (.ci/setup-browser.sh); never `playwright install`.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def playwright_or_skip():
+    """Playwright's sync_playwright, or a skip that says what is missing."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not installed: run .ci/setup-browser.sh "
+                    "(apt-get install -y chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ModuleNotFoundError:
+        pytest.skip("the playwright package is not installed (pip install playwright)")
+    return sync_playwright

@@ -4,6 +4,7 @@ model built here; the command line wraps the same functions."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import subprocess
 import sys
@@ -51,13 +52,16 @@ def test_score_report_compare_on_a_finished_run(finished_run):
     rescored = evalpipe.score(result.run_dir)
     assert [s["question_id"] for s in rescored["samples"]] == [
         s["question_id"] for s in result.scores["samples"]]
-    from evalpipe.report.render import CSV_HEADER
+    from evalpipe._report.render import CSV_HEADER
 
     csv = evalpipe.report(result.run_dir, "csv").splitlines()
     assert csv[0] == ",".join(CSV_HEADER) and any(result.scores["samples"][0]["cell_id"] in row
                                                   for row in csv[1:])
-    importlib.import_module("evalpipe.report.load")  # the package now shadows the name
-    assert callable(evalpipe.report)
+    importlib.import_module("evalpipe._report.load")
+    importlib.import_module("evalpipe._validate")
+    # each public name is the API function, whatever was imported before
+    assert evalpipe.report is evalpipe.api.report and evalpipe.validate is evalpipe.api.validate
+    assert inspect.isfunction(evalpipe.report) and inspect.isfunction(evalpipe.validate)
 
     assert evalpipe.report(result.run_dir, "md") == evalpipe.report(result.run_dir)
     same = evalpipe.compare(result.run_dir, result.run_dir)
@@ -107,3 +111,23 @@ def test_every_record_carries_the_schema_version_and_old_runs_still_read(finishe
     rescored = evalpipe.score(old)
     assert [s["category"] for s in rescored["samples"]] == [
         s["category"] for s in result.scores["samples"]]
+
+
+def test_run_prints_nothing_unless_the_caller_asks(tmp_path, tiny_model_dir, capfd):
+    """No progress bar (evalpipe's, transformers' "Loading weights"), no log line: output
+    is the caller's choice (echo=, progress=)."""
+    write_jsonl(tmp_path / "q.jsonl", [{"id": "q1", "suite": "arithmetic", "lang": "en",
+                                        "question": "What is 1 plus 2?", "answer": 3}])
+    config = {"name": "quiet", "questions": [str(tmp_path / "q.jsonl")],
+              "models": [{"id": str(tiny_model_dir)}], "toolsets": ["none"],
+              "retrieval": ["none"], "generation": {"max_new_tokens": 2}}
+    capfd.readouterr()
+    evalpipe.run(config, out=tmp_path / "out", use_cache=False)
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+    lines: list[str] = []
+    evalpipe.run(config, out=tmp_path / "out", use_cache=False, echo=lines.append,
+                 progress=True)
+    out, err = capfd.readouterr()
+    assert lines and lines[0].startswith("run ") and out == ""
+    assert "1/1 samples" in err and "Loading weights" not in err

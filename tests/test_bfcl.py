@@ -133,7 +133,7 @@ def test_import_writes_question_files_that_load(tmp_path):
     assert summary == {"simple_python": {"questions": 1, "skipped": 0}}
     line = (tmp_path / "out" / "simple_python.jsonl").read_text().splitlines()
     assert json.loads(line[0])["id"] == "simple_python_9"
-    from evalpipe.validate import validate_file
+    from evalpipe._validate import validate_file
 
     assert validate_file(tmp_path / "out" / "simple_python.jsonl") == []  # its own tools count
 
@@ -265,8 +265,9 @@ def test_config_keys_for_schema_tools_and_match():
     config = parse_config({"questions": ["q.jsonl"], "schema_tools": {"mode": "stub",
                                                                       "result": "done"},
                            "match": "bfcl"})
-    assert config.schema_tools == {"mode": "stub", "result": "done"} and config.match == "bfcl"
-    assert parse_config({"questions": ["q.jsonl"]}).schema_tools["mode"] == "call_only"
+    assert config.schema_tools.model_dump() == {"mode": "stub", "result": "done"}
+    assert config.match == "bfcl"
+    assert parse_config({"questions": ["q.jsonl"]}).schema_tools.mode == "call_only"
     with pytest.raises(InputError, match="match"):
         parse_config({"questions": ["q.jsonl"], "match": "leaderboard"})
 
@@ -336,7 +337,7 @@ def test_a_config_names_bfcl_categories_that_load_from_the_wheel(tmp_path):
 
 
 def test_the_run_table_shows_bfcl_accuracy_per_category():
-    from evalpipe.report.tables import score_table
+    from evalpipe._report.tables import score_table
 
     def group(cell, suite, exact, valid):
         return {"cell_id": cell, "suite": suite, "n": 4, "categories": {"correct": exact},
@@ -351,10 +352,22 @@ def test_the_run_table_shows_bfcl_accuracy_per_category():
     row = next(line for line in text.splitlines() if line.startswith("| parallel"))
     assert "25.0% (1/4), valid 100.0% (2/2)" in row and "75.0% (3/4)" in row
     assert "BFCL" not in score_table({"k": 3, "groups": [group("m", "all", 1, 2)]})
+    # scored by evalpipe's own argument rules, the table says it is not the leaderboard's
+    assert "NOT comparable with the BFCL leaderboard" in text
+    assert "NOT comparable" not in score_table({**scores, "match": "bfcl"})
+
+
+def test_the_bfcl_config_scores_by_bfcl_rules():
+    """configs/bfcl.yaml is for leaderboard-comparable numbers: BFCL's argument rules."""
+    from helpers import REPO
+
+    from evalpipe.config import load_config
+
+    assert load_config(REPO / "configs" / "bfcl.yaml").match == "bfcl"
 
 
 def test_a_plan_of_the_questions_own_tool_named_like_a_built_in_is_not_replayed(tmp_path):
-    from evalpipe.validate import validate_file
+    from evalpipe._validate import validate_file
 
     doc = {"name": "multiply", "parameters": {"type": "dict", "properties": {
         "a": {"type": "integer"}, "b": {"type": "integer"}}}}

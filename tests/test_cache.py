@@ -49,7 +49,8 @@ from evalpipe.records import Generation
 
 folder, name, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 for db in range(10):
-    # every writer opens each new cache at one instant
+    # Every writer opens each new cache at one instant, to provoke the race: if the clock
+    # misses it the writers merely do not collide, so the clock never decides pass or fail.
     time.sleep(max(0.0, start + 0.3 * db - time.time()))
     cache = GenerationCache(f"{folder}/shared{db}.sqlite")
     for i in range(20):
@@ -68,7 +69,7 @@ def test_processes_share_a_new_cache_without_lock_errors_or_lost_entries(tmp_pat
     import time
 
     names = ("a", "b", "c", "d", "e", "f")
-    start = time.time() + 3.0  # past every writer's imports
+    start = time.time() + 3.0  # past every writer's imports (to collide, never to decide)
     procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path), name, str(start)],
                               stderr=subprocess.PIPE, text=True) for name in names]
     errors = [p.communicate()[1] for p in procs]

@@ -10,9 +10,7 @@ import pytest
 from click.testing import CliRunner
 from report_fixtures import BASE, MODEL, TOOLS, make_run_a, samples_a, settings_of, write_run
 
-from evalpipe.cli import main
-from evalpipe.questions import Question
-from evalpipe.report.compare import (
+from evalpipe._report.compare import (
     CompareRefused,
     cluster_bootstrap,
     compare_runs,
@@ -22,7 +20,9 @@ from evalpipe.report.compare import (
     render_text,
     settings_diff,
 )
-from evalpipe.report.load import load_run
+from evalpipe._report.load import load_run
+from evalpipe.cli import main
+from evalpipe.questions import Question
 from evalpipe.scoring.synth import call, make_sample
 
 # -- statistics ------------------------------------------------------------------------------
@@ -122,7 +122,8 @@ def test_pairs_flips_and_category_moves(run_a, run_b):
     assert (recall.n, recall.diff) == (2, pytest.approx(0.5))
     assert cmp.pooled is not None and cmp.pooled.n_pairs == 12
     text = render_text(cmp)
-    assert "right -> wrong (2): a1, a2" in text and "verdict: no significant regression" in text
+    assert "right -> wrong (2): a1, a2" in text
+    assert "verdict: NOT COMPARED: only 6 question(s) were paired" in text  # too few to gate
     md = render_markdown(cmp)
     assert "| exact | 6 | 66.7 | 50.0 | -16.7 |" in md
     assert "| exact [arithmetic] | 4 | 75.0 | 25.0 | -50.0 |" in md and "| correct | no_tool_call | 1 |" in md
@@ -241,3 +242,13 @@ def test_runs_without_fingerprints_pair_by_cell_id(run_a, tmp_path):
     assert len(cmp.warnings) == 2
     with pytest.raises(CompareRefused):
         compare_runs(load_run(run_a), load_run(b), strict=True)
+
+
+def test_compare_help_prints_95_percent_once():
+    from click.testing import CliRunner
+
+    from evalpipe.cli import main
+
+    res = CliRunner().invoke(main, ["compare", "--help"])
+    assert res.exit_code == 0
+    assert "95% interval" in res.output and "%%" not in res.output

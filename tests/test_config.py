@@ -22,7 +22,7 @@ def test_grid_is_the_product_less_format_copies_of_toolless_cells():
 
 def test_exclude_and_include_rules():
     cfg = parse_config(dict(BASE, exclude=[{"format": "json", "retrieval": "prepend"}]))
-    assert not [c for c in cfg.cells() if c.format == "json" and c.retrieval["mode"] == "prepend"]
+    assert not [c for c in cfg.cells() if c.format == "json" and c.retrieval.mode == "prepend"]
     cfg = parse_config(dict(BASE, include=[{"model": "m2", "toolset": "calculator"}]))
     assert {c.model["id"] for c in cfg.cells()} == {"m2"}
     with pytest.raises(InputError, match="empty"):
@@ -98,16 +98,15 @@ def test_set_indexes_lists(tmp_path):
 
 
 def test_config_built_in_python_hashes_like_yaml(tmp_path):
-    from evalpipe.backends.base import GenerationSettings
-    from evalpipe.config import RunConfig
+    import evalpipe
 
     path = tmp_path / "c.yaml"
     path.write_text("name: c\nquestions: [q.jsonl]\nmodels: [m1]\nformats: [hermes]\n"
                     "toolsets: [calculator]\nretrieval: [none]\n")
     from_yaml = load_config(path)
-    built = RunConfig(name="c", questions=from_yaml.questions, corpus=None,
-                      models=[{"id": "m1"}], formats=["hermes"], toolsets=["calculator"],
-                      retrieval=[{"mode": "none"}], generation=GenerationSettings())
+    built = evalpipe.load({"name": "c", "questions": from_yaml.questions,
+                           "models": [{"id": "m1"}], "formats": ["hermes"],
+                           "toolsets": ["calculator"], "retrieval": [{"mode": "none"}]})
     assert built.hash() == from_yaml.hash()
     # the manifest records the normalised config, and it reads back to the same hash
     again = parse_config(from_yaml.to_dict(), source=str(path))
@@ -120,6 +119,35 @@ def test_spelling_a_default_out_does_not_change_the_hash(tmp_path):
     long.write_text("name: x\nquestions: [q.jsonl]\nmax_turns: 5\nk: 3\n"
                     "chunking: {size: 800}\ngeneration: {batch_size: 256}\n")
     assert load_config(short).hash() == load_config(long).hash()
+
+
+OPENAI = {"id": "s", "backend": "openai", "base_url": "http://x"}
+
+
+@pytest.mark.parametrize("plain, spelt", [
+    ({"models": ["m"]}, {"models": [{"id": "m", "dtype": "auto"}]}),
+    ({"models": ["m"]}, {"models": [{"id": "m", "dtype": "float32"}]}),
+    ({"models": [OPENAI]}, {"models": [{**OPENAI, "concurrency": 4, "timeout_s": 120,
+                                        "max_retries": 4, "stream": "auto", "mode": "chat"}]}),
+    ({"models": [{"id": "g", "backend": "llamacpp"}]},
+     {"models": [{"id": "g", "backend": "llamacpp", "n_ctx": 4096, "n_batch": 512}]}),
+    ({"retrieval": ["prepend"]},
+     {"retrieval": [{"mode": "prepend", "method": "bm25", "k": 3, "bigrams": True,
+                     "bm25": {"variant": "lucene", "k1": 1.5, "b": 0.75}, "depth": 50}]}),
+    ({}, {"tool_limits": {"timeout_s": 5.0}, "schema_tools": {"mode": "call_only"}}),
+])
+def test_a_default_spelt_out_in_any_section_keeps_the_hash(plain, spelt):
+    base = {"name": "x", "questions": ["q.jsonl"], "corpus": "site"}
+    assert parse_config({**base, **plain}).hash() == parse_config({**base, **spelt}).hash()
+
+
+def test_a_value_apart_from_its_default_changes_the_hash():
+    base = {"name": "x", "questions": ["q.jsonl"], "corpus": "site"}
+    plain = parse_config({**base, "retrieval": [{"mode": "prepend"}]})
+    other = parse_config({**base, "retrieval": [{"mode": "prepend", "bm25": {"k1": 1.2}}]})
+    assert plain.hash() != other.hash()
+    assert other.to_dict()["retrieval"] == [{"mode": "prepend", "method": "bm25", "k": 3,
+                                             "bm25": {"k1": 1.2}}]
 
 
 @pytest.mark.parametrize("path", ["configs/default.yaml", "configs/sizes.yaml"])
@@ -153,3 +181,18 @@ def test_the_command_line_exits_2_on_a_misspelt_key_before_any_model_loads(tmp_p
     assert result.exit_code == 2
     assert f"{path}:4" in result.output and "did you mean dtype?" in result.output
     assert list(tmp_path.iterdir()) == [path]  # nothing written
+
+
+def test_the_readme_configuration_is_configs_default_yaml():
+    """The README's "Configuration" example was titled `name: default` and differed from
+    configs/default.yaml in five keys; it is now a copy, and this keeps it one."""
+    import re
+
+    import yaml
+    from helpers import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Configuration\n", 1)[1]
+    shown = re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1)
+    assert shown == (REPO / "configs" / "default.yaml").read_text(encoding="utf-8")
+    assert yaml.safe_load(shown)["name"] == "default"

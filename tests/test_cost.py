@@ -9,6 +9,7 @@ import random
 import helpers
 import pytest
 
+from evalpipe.backends.local import batching
 from evalpipe.backends.local.batching import BatchGenerator, PrefixStore, common_prefix
 from evalpipe.scoring.cost import decode_rate, probe_summary, sample_cost
 
@@ -29,12 +30,17 @@ def test_one_batched_prefill_is_shared_by_the_tokens_each_row_brought(tiny_llama
     gen = BatchGenerator(tiny_llama, [-1], 0, PrefixStore())
     rows = gen.generate(prompts, max_new_tokens=2, batch_size=2, prefix_reuse=False)
     a, b = (r.prefill_compute_ms for r in rows)
+    # One measured forward shared by tokens: the ratio holds however long it took.
     assert a > 0 and b > 0
     assert a / b == pytest.approx(40 / 48)
     assert [r.prefix_tokens for r in rows] == [0, 0]
 
 
-def test_rows_on_the_shared_prefix_count_its_tokens_and_share_its_prefill(tiny_llama):
+def test_rows_on_the_shared_prefix_count_its_tokens_and_share_its_prefill(tiny_llama,
+                                                                         monkeypatch):
+    # Every clock reading advances 1 ms: each forward measures the same, so what a row is
+    # charged depends on the forwards it shared, never on how loaded the machine is.
+    monkeypatch.setattr(batching, "time", helpers.FakeClock(tick=0.001))
     rng = random.Random(2)
     shared = _prompt(rng, 32)
     prompts = [shared + _prompt(rng, 8), shared + _prompt(rng, 9)]
@@ -45,12 +51,18 @@ def test_rows_on_the_shared_prefix_count_its_tokens_and_share_its_prefill(tiny_l
     assert prefix >= len(shared)
     assert [r.prefix_tokens for r in rows] == [prefix, prefix]
     assert all(r.prompt_tokens == len(p) for r, p in zip(rows, prompts))
+    first_prefill = gen.stats["prefilled_tokens"]
+    assert first_prefill == sum(len(p) for p in prompts) - prefix  # the prefix once
     # The second session finds the prefix stored: only the rows' own tokens are computed,
     # so each row is charged less than when the prefix was prefilled for it.
     again = gen.generate(prompts, max_new_tokens=2, batch_size=2, prefix_reuse=True)
     assert store.hits >= 1
     assert [r.prefix_tokens for r in again] == [prefix, prefix]
-    assert sum(r.prefill_compute_ms for r in again) < sum(r.prefill_compute_ms for r in rows)
+    assert gen.stats["prefilled_tokens"] - first_prefill == sum(len(p) for p in prompts) \
+        - 2 * prefix
+    charged, charged_again = (sum(r.prefill_compute_ms for r in x) for x in (rows, again))
+    assert charged_again == pytest.approx(1.0)  # the suffixes' one forward
+    assert charged == pytest.approx(2.0)  # and, the first time, the prefix's own
 
 
 def test_backend_generation_carries_the_attributed_cost(tiny_model_dir):
@@ -104,3 +116,36 @@ def test_probe_summary_per_cell():
     assert summary["a"]["decode_tps"]["mean"] == pytest.approx((100 + 200) / 2)
     assert summary["b"]["ttft_ms"]["mean"] == 7.0
     assert decode_rate([_turn(completion_tokens=1, decode_ms=0.0)]) is None
+
+
+def test_a_cached_reply_has_no_times():
+    """A reply from the generation cache: its wall time measured a cache look-up (0.5-3.9
+    ms, below the time to first token of the same row) and its turn times another batch;
+    every time is left out, tokens still count."""
+    cost = sample_cost({"turns": [_turn(cached=True), _turn()], "wall_ms": 1.2})
+    assert cost["cached_turns"] == 1
+    assert cost["prompt_tokens"] == 200 and cost["turns"] == 2
+    assert all(cost[f] is None for f in ("wall_ms", "ttft_ms", "prefill_ms", "decode_ms",
+                                         "prefill_compute_ms"))
+    assert sample_cost({"turns": [_turn()], "wall_ms": 400.0})["cached_turns"] == 0
+
+
+def test_cached_samples_stay_out_of_the_cost_table_and_are_noted(tmp_path):
+    from report_fixtures import BASE, samples_a, write_run
+
+    from evalpipe._report.build import build_report
+    from evalpipe._report.load import load_run
+    from evalpipe._report.render import render_markdown
+
+    samples = samples_a()
+    for s in samples[:3]:  # three baseline samples served from the cache, "timed" at 2 ms
+        assert s["cell_id"] == BASE
+        s["wall_ms"] = 2.0
+        for t in s["turns"]:
+            t["cached"] = True
+    data = build_report(load_run(write_run(tmp_path / "r", samples)))
+    base = next(r for r in data["cost"] if r["cell_id"] == BASE)
+    assert base["cached"] == 3
+    assert base["fields"]["wall_ms"]["mean"] == 100.0 and base["fields"]["wall_ms"]["n"] == 3
+    assert base["fields"]["prompt_tokens"]["n"] == 6
+    assert f"`{BASE}` 3 of 6" in render_markdown(data)

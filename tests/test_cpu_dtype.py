@@ -66,8 +66,17 @@ def test_backend_default_is_auto_and_loads_float32(tiny_model_dir, monkeypatch, 
     assert len(warnings) == 1
 
 
-def test_config_accepts_auto():
+def test_auto_float32_and_no_dtype_are_one_config():
+    """auto resolves to float32: writing either, or neither, names the same run."""
     from evalpipe.config import parse_config
 
-    config = parse_config({"questions": ["q.jsonl"], "models": [{"id": "m", "dtype": "auto"}]})
-    assert config.models[0]["dtype"] == "auto"
+    def config(**dtype):
+        return parse_config({"questions": ["q.jsonl"], "models": [{"id": "m", **dtype}]})
+
+    plain, auto, float32 = config(), config(dtype="auto"), config(dtype="float32")
+    assert cpu.resolve_dtype("auto")[0] == "float32"
+    assert plain.models == auto.models == float32.models == [{"id": "m",
+                                                               "backend": "transformers"}]
+    assert plain.hash() == auto.hash() == float32.hash()
+    bf16 = config(dtype="bfloat16")
+    assert bf16.models[0]["dtype"] == "bfloat16" and bf16.hash() != plain.hash()

@@ -15,7 +15,7 @@ import pytest
 from evalpipe.corpus import chunk_corpus, load_corpus
 from evalpipe.questions import load_questions
 from evalpipe.tools.builtin import CALCULATOR
-from evalpipe.validate import validate_paths
+from evalpipe._validate import validate_paths
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "datasets"

@@ -170,7 +170,7 @@ def test_tiny_model_runs_through_the_real_backend(tiny_model_dir):
         assert s.stop_reason in {"answered", "length", "turn_limit"}
         turn = s.turns[0]
         assert turn["prompt_tokens"] > 0 and 0 < turn["completion_tokens"] <= 8
-        assert turn["prefill_ms"] > 0
+        assert turn["prefill_ms"] > 0  # measured: load can only lengthen it
     again = run_all(cell, qs)
     assert [(s.question_id, s.final_answer) for s in again] == \
         [(s.question_id, s.final_answer) for s in samples]  # greedy: same replies, same order

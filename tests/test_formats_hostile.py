@@ -109,3 +109,18 @@ def test_structured_api_arguments_follow_the_same_json_rules(raw, decoded):
     from evalpipe.formats.openai import decode_arguments
 
     assert decode_arguments(raw) == decoded
+
+
+def test_a_bug_in_a_formats_own_parser_becomes_an_error_on_the_reply():
+    """`parse` is the base class's, in plain sight: it calls the format's `_parse` and turns
+    what that raises into a parser_bug error instead of stopping the run."""
+    from evalpipe.formats import HermesFormat
+
+    class Broken(HermesFormat):
+        def _parse(self, text, *, lenient=True):
+            raise KeyError("a parser bug")
+
+    assert "parse" not in Broken.__dict__ and Broken.parse is HermesFormat.parse
+    result = Broken().parse("<tool_call>{}</tool_call>", lenient=True, cut_off=True)
+    assert result.calls == [] and [e.kind for e in result.errors] == ["parser_bug"]
+    assert "KeyError" in result.errors[0].message

@@ -85,7 +85,7 @@ def test_live_replies_parse_to_calls_or_typed_errors(backend, name):
         # what the engine recorded is what the parser says
         assert [c["name"] for c in turn["calls"]] == [c.name for c in fmt.parse(turn["raw"]).calls]
         assert all(e["kind"] in ERROR_KINDS for e in turn["parse_errors"] + turn["strict_errors"])
-    rates = validity(samples, name).rates()
+    rates = validity(samples).rates()
     assert rates["samples"] == len(QUESTIONS)
     for key in ("call_valid", "call_valid_strict"):
         assert rates[key] is None or 0 <= rates[key] <= 1
@@ -119,3 +119,15 @@ def test_recorded_replies(name, index, case):
         got = {"calls": [[c.name, c.arguments] for c in result.calls],
                "errors": [e.kind for e in result.errors], "repaired": result.repaired}
         assert got == case[mode], (mode, case["raw"])
+
+
+def test_measure_says_when_no_call_was_attempted():
+    from evalpipe.measure import Validity, describe
+
+    text = describe("hermes", Validity(samples=8))
+    assert text.startswith("hermes: no call attempted in 8 samples") and "null" not in text
+    text = describe("json", Validity(samples=8, samples_attempted=6, samples_valid=5,
+                                     samples_valid_strict=4, attempts=14, valid=12,
+                                     valid_strict=11, error_kinds={"bad_json": 2}))
+    assert "6 of 8 samples attempted a call (14 attempts)" in text
+    assert "85.7% (12/14) lenient, 78.6% (11/14) strict" in text and "bad_json 2" in text

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from evalpipe.cli import main as cli
 from evalpipe.questions import load_questions
-from evalpipe.validate import gold_warnings
+from evalpipe._validate import gold_warnings
 
 REPO = Path(__file__).resolve().parents[1]
 OLD = ("# 2024 hosts\n\n- lang: en\n\n| host | role | notes |\n|---|---|---|\n"

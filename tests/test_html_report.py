@@ -12,28 +12,32 @@ import shutil
 from pathlib import Path
 
 import pytest
-from report_fixtures import BASE, TOOLS, make_run_a
+from helpers import CHROMIUM, CHROMIUM_ARGS, playwright_or_skip
+from report_fixtures import BASE, MODEL, TOOLS, make_run_a
 
-from evalpipe.report.build import build_report
-from evalpipe.report.html import render_html, sample_view
-from evalpipe.report.load import load_run
+from evalpipe._report.build import build_report
+from evalpipe._report.html import render_html, sample_view
+from evalpipe._report.load import load_run
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = CHROMIUM_ARGS
 
 
 @pytest.fixture(scope="module")
 def report_file(tmp_path_factory):
     root = tmp_path_factory.mktemp("html")
-    run = load_run(make_run_a(root / "run-a"))
+    path = make_run_a(root / "run-a")
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest.update(started="2025-01-02T03:04:05+0000", git_commit="0123456789abcdef0123",
+                    config={**manifest["config"], "name": "nightly"})
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    run = load_run(path)
     # a reply that tries to inject markup must come out as text
     for s in run.samples:
         if s["cell_id"] == BASE and s["question_id"] == "a2":
             s["messages"][-1]["content"] = "<img src=x onerror=alert(1)></script><b>31</b>"
     data = build_report(run)
     try:
-        from evalpipe.report.plots import render_plots
+        from evalpipe._report.plots import render_plots
 
         plots = render_plots(data)
     except Exception:  # noqa: BLE001 - matplotlib missing: the page still works
@@ -63,15 +67,7 @@ def test_sample_view_marks_gold_chunks(report_file):
     assert v["why"]["reason"].startswith("no chunk shown covers a gold passage")
 
 
-def _browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not installed: run .ci/setup-browser.sh "
-                    "(apt-get install -y chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ModuleNotFoundError:
-        pytest.skip("the playwright package is not installed (pip install playwright)")
-    return sync_playwright
+_browser = playwright_or_skip
 
 
 def test_html_in_headless_browser(report_file):
@@ -92,7 +88,7 @@ def test_html_in_headless_browser(report_file):
 
             assert page.text_content("#sample-count") == "12 of 12 samples"
             assert visible() == 12
-            assert page.locator("img.plot").count() in (0, 3)
+            assert page.locator("img.plot").count() in (0, 2)  # one model: no size plot
 
             page.select_option("#f-cell", TOOLS)
             assert visible() == 6
@@ -153,3 +149,29 @@ def test_skip_reason_without_chromium():
         pytest.skip("chromium present: the browser test runs instead")
     with pytest.raises(pytest.skip.Exception, match="setup-browser.sh"):
         _browser()
+
+
+def test_html_fits_a_1400_px_window_with_facts_on_top(report_file):
+    """A 17-column cost table scrolls inside its section instead of widening the page;
+    the top names models, date, config and commit; Markdown `code` in the notes is
+    code; a sample's cost reads as words and rounded figures, not a raw dict."""
+    sync_playwright = _browser()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(report_file.as_uri())
+            page.wait_for_selector("#sample-body tr.sample-row")
+            assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+            assert page.locator(".scroll table.cost").count() == 1
+            facts = page.text_content("header .facts")
+            assert f"models: {MODEL}" in facts and "config: nightly" in facts
+            assert "started: 2025-01-02 03:04:05" in facts and "commit: 0123456789ab" in facts
+            assert page.locator("#cost code", has_text="latency_probe").count() == 1
+            assert "`" not in page.text_content("#cost p")
+            page.locator("#sample-body tr.sample-row").first.click()
+            cost = page.locator(".transcript .kv tr", has_text="cost").inner_text()
+            assert "120 prompt tokens" in cost and "wall 100.0 ms under load" in cost
+            assert "{" not in cost
+        finally:
+            browser.close()

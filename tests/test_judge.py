@@ -88,9 +88,9 @@ def test_a_run_is_judged_where_the_rules_abstain_and_rescored_without_the_judge(
     assert by_cell["c1"]["verdict_source"] == "rules" and by_cell["c1"]["judge"] is None
     assert scores["verdicts"] == {"judge": 1, "judge_models": ["judge-m"], "undecided": 0}
     assert "1 answer verdicts came from the judge (judge-m" in (store.path / "table.md").read_text()
-    from evalpipe.report.build import build_report
-    from evalpipe.report.load import load_run
-    from evalpipe.report.render import render_markdown
+    from evalpipe._report.build import build_report
+    from evalpipe._report.load import load_run
+    from evalpipe._report.render import render_markdown
 
     report = render_markdown(build_report(load_run(store.path)))
     assert "1 answer verdicts came from the judge (judge-m" in report

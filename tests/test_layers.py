@@ -1,34 +1,54 @@
-"""The import direction of the package, as a test.
+"""The import direction of the package, as a test, read from the map.
 
-Data flows one way (config -> engine -> samples -> scoring -> report), and the
-imports follow it: the command line sits on top and nothing imports it; pure
-scoring and the format parsers never reach up into generation. Lazy imports
-inside functions count: they are dependencies all the same.
+docs/architecture.md holds the layering: a table of layers, top to bottom, each
+naming its top-level modules and packages. This test reads that table (it keeps no
+list of its own) and checks the code against it: every module is placed, no module
+imports a layer above its own, and there is no cycle. Lazy imports inside functions
+count: they are dependencies all the same.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-import pytest
+REPO = Path(__file__).resolve().parent.parent
+ROOT = REPO / "evalpipe"
+MAP = REPO / "docs" / "architecture.md"
 
-ROOT = Path(__file__).resolve().parent.parent / "evalpipe"
 
-# (importer prefix, imported prefix): an import from the first into the second is upward.
-FORBIDDEN = [
-    ("evalpipe.scoring", "evalpipe.engine"), ("evalpipe.scoring", "evalpipe.runner"),
-    ("evalpipe.scoring", "evalpipe.backends"), ("evalpipe.scoring", "evalpipe.report"),
-    ("evalpipe.formats", "evalpipe.engine"), ("evalpipe.formats", "evalpipe.runner"),
-    ("evalpipe.formats", "evalpipe.backends"), ("evalpipe.formats", "evalpipe.scoring"),
-    ("evalpipe.tools", "evalpipe.engine"), ("evalpipe.tools", "evalpipe.backends"),
-    ("evalpipe.retrieval", "evalpipe.engine"), ("evalpipe.retrieval", "evalpipe.runner"),
-    ("evalpipe.backends", "evalpipe.engine"), ("evalpipe.backends", "evalpipe.runner"),
-    ("evalpipe.backends", "evalpipe.report"), ("evalpipe.engine", "evalpipe.runner"),
-    ("evalpipe.report", "evalpipe.runner"), ("evalpipe.report", "evalpipe.engine"),
-]
-# Foundations: every other module may use them, so they use none of the rest.
-FOUNDATIONS = {"evalpipe.errors", "evalpipe.paths", "evalpipe.identity"}
+def layers() -> list[tuple[str, list[str]]]:
+    """(layer, module names) of each row of the Layers table, top layer first."""
+    text = MAP.read_text(encoding="utf-8")
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or cells[0] in ("layer", "") or set(cells[0]) <= {"-"}:
+            continue
+        names = re.findall(r"`([^`]+)`", cells[1])
+        rows.append((cells[0], ["evalpipe" if n == "evalpipe" else
+                                "evalpipe." + n.rstrip("/").replace("/", ".") for n in names]))
+    return rows
+
+
+def layer_of(module: str, rows: list[tuple[str, list[str]]]) -> int | None:
+    """The index of the row whose most specific name holds `module` (0 = top)."""
+    holding = [(len(name), index) for index, (_, names) in enumerate(rows) for name in names
+               if module == name or (name != "evalpipe" and module.startswith(name + "."))]
+    return max(holding)[1] if holding else None
+
+
+def unplaced(modules, rows) -> list[str]:
+    return sorted(m for m in modules if layer_of(m, rows) is None)
+
+
+def upward(graph: dict[str, set[str]], rows) -> list[str]:
+    """Imports into a layer above the importer's, as 'a (layer) -> b (layer)'."""
+    return sorted(f"{a} ({rows[layer_of(a, rows)][0]}) -> {b} ({rows[layer_of(b, rows)][0]})"
+                  for a, targets in graph.items() for b in targets
+                  if layer_of(b, rows) < layer_of(a, rows))
 
 
 def module_name(path: Path) -> str:
@@ -57,7 +77,8 @@ def package_imports() -> dict[str, set[str]]:
             for target in found:
                 while target and target not in modules:
                     target = target.rpartition(".")[0]
-                if target and target != name:
+                # `from evalpipe import jsonl` names the package, but imports jsonl
+                if target and target != name and not _within(name, target):
                     targets.add(target)
         graph[name] = targets
     return graph
@@ -73,25 +94,33 @@ def test_the_graph_is_read():
     assert "evalpipe.cli.run" in graph["evalpipe.cli"]
 
 
-def test_nothing_below_the_command_line_imports_it():
-    bad = sorted(f"{a} -> {b}" for a, targets in package_imports().items() for b in targets
-                 if _within(b, "evalpipe.cli") and not _within(a, "evalpipe.cli")
-                 and a != "evalpipe.__main__")
-    assert bad == []
+def test_the_map_is_read():
+    rows = layers()
+    assert [layer for layer, _ in rows][:2] == ["command line", "public API"]
+    assert rows[-1][0] == "foundations" and "evalpipe.errors" in rows[-1][1]
 
 
-@pytest.mark.parametrize("importer,imported", FORBIDDEN)
-def test_no_upward_import(importer, imported):
-    bad = sorted(f"{a} -> {b}" for a, targets in package_imports().items() for b in targets
-                 if _within(a, importer) and _within(b, imported))
-    assert bad == []
+def test_every_module_is_placed_once():
+    rows = layers()
+    named = [n for _, names in rows for n in names]
+    assert sorted(n for n in set(named) if named.count(n) > 1) == []
+    modules = set(package_imports())
+    assert unplaced(modules, rows) == []
+    assert sorted(n for n in named if n not in modules) == []  # the map names no ghost
 
 
-def test_foundations_import_no_other_module():
-    graph = package_imports()
-    bad = sorted(f"{a} -> {b}" for a in FOUNDATIONS if a in graph for b in graph[a]
-                 if b not in FOUNDATIONS)
-    assert bad == []
+def test_no_module_imports_a_layer_above_its_own():
+    assert upward(package_imports(), layers()) == []
+
+
+def test_the_checks_fail_on_an_unplaced_module_and_an_upward_import():
+    rows = layers()
+    assert unplaced({"evalpipe.newcomer", "evalpipe.scoring.new"}, rows) == ["evalpipe.newcomer"]
+    graph = {"evalpipe.scoring.stats": {"evalpipe._report.build", "evalpipe.records"},
+             "evalpipe.backends.local.batching": {"evalpipe.backends.base"}}
+    [found] = upward(graph, rows)
+    assert found == ("evalpipe.scoring.stats (judgement and the run directory) -> "
+                     "evalpipe._report.build (reports)")
 
 
 def test_no_import_cycles():

@@ -86,7 +86,7 @@ def test_greedy_replies_do_not_depend_on_order_or_repetition(llm):
     for g in first:
         assert g.error is None and g.text.strip()
         assert g.prompt_tokens > 10 and 0 < g.completion_tokens <= GEN.max_new_tokens
-        assert g.prefill_ms > 0 and g.decode_ms >= 0
+        assert g.prefill_ms > 0 and g.decode_ms >= 0  # measured: load can only lengthen them
         assert g.finish_reason in ("stop", "length")
 
 

@@ -64,6 +64,7 @@ class Server:
         self.log = log
 
     def wait_ready(self, timeout: float = 120.0) -> None:
+        # Polls until the server answers; the deadline only ends a server that never starts.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -74,7 +75,7 @@ class Server:
                     if r.status == 200:
                         return
             except OSError:
-                time.sleep(0.3)
+                time.sleep(0.3)  # not up yet: ask again
         self.stop()
         pytest.fail(f"llama.cpp server did not answer /v1/models within {timeout:g} s")
 
@@ -144,7 +145,7 @@ def test_streaming_measures_time_to_first_token(server):
     b = backend(server.url, stream="on")
     [gen] = b.generate([b.render(chat(QUESTIONS[0]), None)], GEN)
     assert gen.error is None and gen.text.strip()
-    assert gen.prefill_ms > 0 and gen.completion_tokens > 0
+    assert gen.prefill_ms > 0 and gen.completion_tokens > 0  # load only lengthens prefill_ms
     plain = backend(server.url, stream="off")
     [same] = plain.generate([plain.render(chat(QUESTIONS[0]), None)], GEN)
     assert same.text == gen.text and same.prompt_tokens > 0

@@ -223,7 +223,9 @@ def test_an_unknown_model_offline_fails_in_one_line_without_retrying(monkeypatch
     assert "HF_HUB_OFFLINE is set" in message or "not reachable" in message
 
 
-def test_cli_an_unknown_model_offline_exits_1_in_one_line_and_marks_the_run_failed(tmp_path):
+def test_cli_an_unknown_model_offline_exits_2_in_one_line_and_marks_the_run_failed(tmp_path):
+    """A model id nothing can resolve is bad input (exit 2, as a misspelt key), so a
+    script can tell a typo from a crash (exit 1)."""
     import subprocess
     import sys
 
@@ -240,7 +242,7 @@ def test_cli_an_unknown_model_offline_exits_1_in_one_line_and_marks_the_run_fail
     res = subprocess.run([sys.executable, "-m", "evalpipe", "run", "--config", str(cfg),
                           "--out", str(tmp_path / "o")], capture_output=True, text=True, env=env,
                          check=False)
-    assert res.returncode == 1, res.stderr
+    assert res.returncode == 2, res.stderr
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "HF_HUB_OFFLINE is set" in errors[0]
     assert "Retrying" not in res.stderr

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from helpers import FakeClock
 
-from evalpipe.backends import load_backend
+from evalpipe.backends import http_client, load_backend
 from evalpipe.backends.base import GenerationSettings
 from evalpipe.backends.openai_backend import OpenAIBackend, wire_messages
 from evalpipe.errors import InputError
@@ -35,7 +35,8 @@ class Stub:
         self.paths: list[str] = []
         self.usage_in_stream = True
         self.reply = lambda body: ("The answer is 42.", None)  # (text, tool_calls | None)
-        self.delay = 0.0
+        self.before_reply = lambda body: None  # runs in the handler: a barrier, an event
+        self.release = threading.Event()  # a "hang" lasts until the test ends
         self.in_flight = 0
         self.max_in_flight = 0
         self.lock = threading.Lock()
@@ -69,9 +70,9 @@ def _handler(stub: Stub):
                 stub.in_flight += 1
                 stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
             try:
-                time.sleep(stub.delay)
+                stub.before_reply(body)
                 if failure == "hang":
-                    time.sleep(2.0)
+                    stub.release.wait(60)  # the bound only ends a stub the test forgot
                     return
                 if failure == "drop":
                     self.close_connection = True
@@ -148,6 +149,7 @@ def stub():
     thread.start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     yield state
+    state.release.set()
     server.shutdown()
     server.server_close()
 
@@ -221,7 +223,7 @@ def test_streamed_chat_reply_has_usage_and_time_to_first_token(stub):
     assert gen.finish_reason == "stop" and gen.error is None
     assert gen.text.strip() == "The answer is 42."
     assert (gen.prompt_tokens, gen.completion_tokens) == (11, 7)
-    assert gen.prefill_ms > 0 and gen.decode_ms >= 0
+    assert gen.prefill_ms > 0 and gen.decode_ms >= 0  # measured: load can only lengthen them
     assert gen.tool_calls is None  # plain text: the format parses it
     sent = stub.requests[0]
     assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
@@ -275,22 +277,27 @@ def test_text_mode_uses_completions_with_a_chat_template(stub):
 
 # -- retries, timeouts, dead servers ---------------------------------------------------------
 
-def test_429_and_500_are_retried_with_backoff_then_answered(stub):
+def test_429_and_500_are_retried_with_backoff_then_answered(stub, monkeypatch):
+    clock = FakeClock()  # records the waits instead of waiting
+    monkeypatch.setattr(http_client, "time", clock)
     stub.failures = [429, 500, 503]
     b = backend(stub, max_retries=4, stream="off")
-    start = time.perf_counter()
     [gen] = b.generate([prompt(b)], GEN)
     assert gen.error is None and gen.text == "The answer is 42."
     assert len(stub.requests) == 4
-    assert time.perf_counter() - start >= 0.01  # it waited between attempts
+    # a wait before each retry, exponential with full jitter: within [cap / 2, cap]
+    caps = [0.01, 0.02, 0.04]
+    assert len(clock.sleeps) == 3
+    assert all(cap / 2 <= wait <= cap for wait, cap in zip(clock.sleeps, caps)), clock.sleeps
 
 
-def test_retry_after_header_is_honoured(stub):
+def test_retry_after_header_is_honoured(stub, monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(http_client, "time", clock)
     stub.failures, stub.retry_after = [429], "0.3"
     b = backend(stub, stream="off", max_backoff_s=5)
-    start = time.perf_counter()
     [gen] = b.generate([prompt(b)], GEN)
-    assert gen.error is None and time.perf_counter() - start >= 0.3
+    assert gen.error is None and clock.sleeps == [0.3]
 
 
 def test_retries_run_out_into_an_error_generation(stub):
@@ -319,27 +326,35 @@ def test_a_dropped_connection_is_retried(stub):
 
 def test_a_hung_request_times_out_and_is_retried(stub):
     stub.failures = ["hang"]
-    b = backend(stub, timeout_s=0.5, stream="off")
+    # The hung request never answers, so 0.5 s only says when it is given up; a retry that
+    # a loaded machine slows past 0.5 s is retried in turn, so the clock decides nothing.
+    b = backend(stub, timeout_s=0.5, stream="off", max_retries=8)
     [gen] = b.generate([prompt(b)], GEN)
-    assert gen.error is None and len(stub.requests) == 2
+    assert gen.error is None and len(stub.requests) >= 2
 
 
-def test_a_server_that_is_down_gives_error_generations_quickly():
+def test_a_server_that_is_down_gives_error_generations_quickly(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(http_client, "time", clock)
     b = OpenAIBackend("m", f"http://127.0.0.1:{free_port()}/v1", concurrency=4, max_retries=3,
                       backoff_s=0.05, max_backoff_s=0.1)
     prompts = [prompt(b, f"q{i}") for i in range(12)]
-    start = time.perf_counter()
     gens = b.generate(prompts, GEN)
     assert len(gens) == 12 and all(g.finish_reason == "error" for g in gens)
     assert all("cannot connect" in g.error and "127.0.0.1" in g.error for g in gens)
-    assert time.perf_counter() - start < 10
+    # Quickly: only the requests in flight when the server was found dead wait out their
+    # retries (4 x 3 waits at most); every later one tries once, without a wait.
+    assert 3 <= len(clock.sleeps) <= 4 * 3 < 12 * 3
 
 
 # -- concurrency -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_concurrency_bounds_requests_in_flight_and_keeps_order(stub, concurrency):
-    stub.delay = 0.05
+    # Replies wait until `concurrency` requests are in: the bound is reached every time,
+    # and a request over it would be counted.
+    meet = threading.Barrier(concurrency, timeout=60)  # the bound only ends a failed test
+    stub.before_reply = lambda body: meet.wait()
     stub.reply = lambda body: (f"echo {body['messages'][-1]['content']}", None)
     b = backend(stub, concurrency=concurrency, stream="off")
     seen = []
@@ -352,9 +367,12 @@ def test_concurrency_bounds_requests_in_flight_and_keeps_order(stub, concurrency
 def test_a_session_sends_each_prompt_at_once_and_returns_replies_as_they_arrive(stub):
     """A slow request does not hold back a fast one, and a prompt submitted while
     others are in flight goes out at once (the agent loop's next turn)."""
+    slow_may_answer = threading.Event()
+
     def reply(body):
         text = body["messages"][-1]["content"]
-        time.sleep(1.0 if text == "slow" else 0.0)
+        if text == "slow":
+            slow_may_answer.wait(60)  # the bound only ends a failed test
         return f"echo {text}", None
 
     stub.reply = reply
@@ -365,7 +383,10 @@ def test_a_session_sends_each_prompt_at_once_and_returns_replies_as_they_arrive(
     first = session.poll()
     assert [(k, g.text) for k, g in first] == [("f", "echo fast")]
     session.submit("f2", prompt(b, "fast again"))  # while "slow" is still in flight
-    seen = dict(first)
+    second = session.poll()
+    assert [(k, g.text) for k, g in second] == [("f2", "echo fast again")]
+    slow_may_answer.set()
+    seen = dict(first + second)
     while session.pending:
         seen.update(session.poll())
     assert seen["f2"].text == "echo fast again" and seen["s"].text == "echo slow"

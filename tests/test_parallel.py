@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
+from helpers import FakeClock
 
 from evalpipe import parallel
 from evalpipe.errors import InputError
@@ -136,18 +136,31 @@ def test_a_corrupt_line_in_the_middle_is_an_error(tmp_path):
         merge_parts(tmp_path, 1)
 
 
-def test_wait_for_parts_returns_the_missing_ranks_on_timeout(tmp_path):
+def test_wait_for_parts_returns_the_missing_ranks_on_timeout(tmp_path, monkeypatch):
+    clock = FakeClock()  # time passes only as the waiting loop sleeps
+    monkeypatch.setattr(parallel, "time", clock)
     mark_done(tmp_path, 0)
-    start = time.monotonic()
     assert wait_for_parts(tmp_path, 3, timeout=0.3, poll_s=0.05) == [1, 2]
-    assert time.monotonic() - start >= 0.3
-    threading.Timer(0.2, lambda: [mark_done(tmp_path, r) for r in (1, 2)]).start()
+    waited = sum(clock.sleeps)
+    assert 0.3 - 1e-9 <= waited <= 0.3 + 0.05 + 1e-9  # it polled until the timeout, no longer
+    # The other ranks finish while rank 0 waits.
+    clock.on_sleep = lambda s: [mark_done(tmp_path, r) for r in (1, 2)]
+    clock.sleeps.clear()
     assert wait_for_parts(tmp_path, 3, timeout=5, poll_s=0.05) == []
+    assert clock.sleeps == [0.05]
 
 
 def test_ranks_agree_on_the_run_id_through_the_rendezvous_file(tmp_path, monkeypatch):
     monkeypatch.delenv(parallel.RUN_ID_ENV, raising=False)
     monkeypatch.setenv("MASTER_PORT", "29555")
+    # Rank 1 looks for the id first, finds nothing and waits; rank 0 publishes while it waits.
+    waiting, published = threading.Event(), threading.Event()
+
+    def rank_1_waits(seconds: float) -> None:
+        waiting.set()
+        published.wait(60)  # the bound only ends a failed test
+
+    monkeypatch.setattr(parallel, "time", FakeClock(on_sleep=rank_1_waits))
     got = {}
 
     def follower():
@@ -156,8 +169,9 @@ def test_ranks_agree_on_the_run_id_through_the_rendezvous_file(tmp_path, monkeyp
 
     thread = threading.Thread(target=follower)
     thread.start()
-    time.sleep(0.2)
+    assert waiting.wait(60)
     got[0] = shared_run_id(tmp_path, "abc", lambda: "run-123", rank=0, world=2)
+    published.set()
     thread.join()
     assert got == {0: "run-123", 1: "run-123"}
     assert shared_run_id(tmp_path, "abc", lambda: "solo", rank=0, world=1) == "solo"
@@ -180,7 +194,8 @@ def test_python_dash_m_evalpipe_runs_the_cli():
     assert proc.returncode == 0 and "Usage: evalpipe" in proc.stdout and " run " in proc.stdout
 
 
-def test_parts_append_repair_and_done_tokens(tmp_path):
+def test_parts_append_repair_and_done_tokens(tmp_path, monkeypatch):
+    monkeypatch.setattr(parallel, "time", FakeClock())  # the waits below pass no real time
     _write_run(tmp_path, ["q1", "q2", "q3"], ["c"])
     parallel.append_part(tmp_path, 0, [_sample("c", "q1")])
     with open(part_path(tmp_path, 0), "a") as f:
@@ -193,6 +208,23 @@ def test_parts_append_repair_and_done_tokens(tmp_path):
     assert wait_for_parts(tmp_path, 1, timeout=0.1, poll_s=0.02, token="this-launch") == [0]
     mark_done(tmp_path, 0, count=2, token="this-launch")
     assert wait_for_parts(tmp_path, 1, timeout=0.1, token="this-launch") == []
+
+
+def test_a_launch_never_appends_to_an_earlier_launchs_run_directory(tmp_path):
+    """A reused EVALPIPE_RUN_ID names an existing directory: every rank refuses it, except
+    a helper rank finding the manifest its own launch's rank 0 has just written."""
+    from evalpipe.parallel import Shard
+
+    run_dir = tmp_path / "run"
+    for share in (Shard(), Shard(0, 2, "this"), Shard(1, 2, "this")):
+        share.refuse_an_earlier_run(run_dir)  # nothing there yet
+    run_dir.mkdir()
+    (run_dir / "manifest.json").write_text(json.dumps({"launch": "this"}))
+    Shard(1, 2, "this").refuse_an_earlier_run(run_dir)
+    for share in (Shard(), Shard(0, 2, "this"), Shard(0, 2, "later"), Shard(1, 2, "later")):
+        with pytest.raises(InputError, match="exists already") as err:
+            share.refuse_an_earlier_run(run_dir)
+        assert err.value.field == parallel.RUN_ID_ENV and "--resume" in str(err.value)
 
 
 # -- two processes through the runner ---------------------------------------------------------

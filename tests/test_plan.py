@@ -96,3 +96,39 @@ def test_show_prints_the_exact_prompt_of_each_turn(tmp_path, setup, tiny_model_d
     assert both.count("===== cell") == 2
     missing = evalpipe("show", str(run_dir), "nope", env=env)
     assert missing.returncode == 2 and "nope" in missing.stderr
+
+
+def test_plan_says_which_runs_it_could_not_time(tmp_path):
+    """It printed "no finished run of this model alone ... yet" while such runs existed
+    (resumed, or every reply from the cache)."""
+    from evalpipe.dryrun import _manifests, last_run_rate, render_plan
+    from evalpipe.store import machine
+
+    model = {"id": "m", "backend": "transformers"}
+    cell = {"settings": {"model": model}}
+
+    def run(name, started, samples, **extra):
+        folder = tmp_path / name
+        folder.mkdir()
+        manifest = {"started": started, "finished": started, "machine": machine(),
+                    "cells": {"m/-/none/no-rag": cell}, **extra}
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        (folder / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+
+    cached = {"turns": [{"cached": True}]}
+    run("r1-cached", "2025-01-03T10:00:00+0000", [cached, cached])
+    run("r2-resumed", "2025-01-02T10:00:00+0000", [{"turns": [{}]}], resumed=["x"])
+    run("r3-other", "2025-01-01T10:00:00+0000", [{"turns": [{}]}],
+        cells={"m/-/none/no-rag": cell, "n/-/none/no-rag": {"settings": {"model": {"id": "n"}}}})
+    rate, skipped = last_run_rate(_manifests(tmp_path), model)
+    assert rate is None
+    assert skipped == ["r1-cached (every reply came from the cache)",
+                       "r2-resumed (resumed: its time spans more than one sitting)",
+                       "r3-other (other models too)"]
+    plan = {"config": "c.yaml", "cells": [], "questions": 1, "repeats": 1, "samples": 1,
+            "probe": 0, "models": [{"model": "m", "note": None, "facts_from_earlier_run": True,
+                                    "to_generate": 1, "estimate_s": None, "rate": None,
+                                    "skipped_runs": skipped}]}
+    text = render_plan(plan)
+    assert "no finished run of this model" not in text
+    assert "skipped: r1-cached (every reply came from the cache); r2-resumed" in text

@@ -94,9 +94,9 @@ def test_html_browser_carries_each_prompt_block_once(tmp_path):
 
     from report_fixtures import make_run_a
 
-    from evalpipe.report.build import build_report
-    from evalpipe.report.html import render_html
-    from evalpipe.report.load import load_run
+    from evalpipe._report.build import build_report
+    from evalpipe._report.html import render_html
+    from evalpipe._report.load import load_run
 
     run = load_run(make_run_a(tmp_path / "run-a"))
     writer = BlockWriter()

@@ -61,3 +61,22 @@ def test_parquet_files_load_too(tmp_path):
                                  "answer": "hello"}]).to_parquet(str(path))
     (q,) = load_questions(path)
     assert q.answer == "hello" and q.source.endswith(":1")
+
+
+def test_a_file_with_a_byte_order_mark_is_read_alike_by_validate_and_run(tmp_path):
+    """Editors on Windows start a UTF-8 file with a BOM: `validate` and `run` read it the
+    same way (one reader, evalpipe.jsonl.records), and a bad line names the same line."""
+    import evalpipe
+    from evalpipe.questions import load_questions
+
+    path = tmp_path / "bom.jsonl"
+    lines = [json.dumps({"id": "a", "suite": "s", "question": "1+1?", "answer": 2}),
+             json.dumps({"id": "b", "suite": "s", "question": "2+2?", "answer": 4})]
+    path.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode() + b"\n")
+    assert evalpipe.validate([path]) == []
+    assert [q.id for q in load_questions(path)] == ["a", "b"]
+    path.write_bytes(b"\xef\xbb\xbf" + f"{lines[0]}\n{{bad\n".encode())
+    [problem] = evalpipe.validate([path])
+    with pytest.raises(InputError) as err:
+        load_questions(path)
+    assert problem == str(err.value) and err.value.line == 2

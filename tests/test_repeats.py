@@ -47,7 +47,8 @@ def test_repeat_scores_by_hand():
     assert s["flipping"] == ["q2"]
     means = [1.0, 0.4, 0.0]
     sd2 = float(np.var(means, ddof=1))
-    assert s["noise_floor"] == pytest.approx((Z95 + Z80) * math.sqrt(2 * sd2 / 3))
+    # 115 points by the formula: three questions cannot show any difference
+    assert (Z95 + Z80) * math.sqrt(2 * sd2 / 3) > 1 and s["noise_floor"] == 1.0
 
 
 def test_infra_repeats_are_left_out_and_k_uses_questions_with_enough_repeats():
@@ -118,7 +119,7 @@ def test_detectable_difference():
 def _repeat_run(tmp_path, name: str, right: dict[str, list[bool]]):
     from report_fixtures import Q, base_sample, write_run
 
-    from evalpipe.report.load import load_run
+    from evalpipe._report.load import load_run
 
     gold = {q.id: str(q.answer) for q in Q.values()}
     samples = []
@@ -130,7 +131,7 @@ def _repeat_run(tmp_path, name: str, right: dict[str, list[bool]]):
 
 
 def test_compare_treats_the_question_as_the_unit(tmp_path):
-    from evalpipe.report.compare import compare_runs, render_markdown, render_text
+    from evalpipe._report.compare import compare_runs, render_markdown, render_text
 
     ids = ["a1", "a2", "a3", "a4", "r1", "r2"]
     a = _repeat_run(tmp_path, "a", {q: [True, True, True, False] for q in ids})
@@ -151,7 +152,7 @@ def test_gate_does_not_count_repeats_as_independent_evidence(tmp_path):
     # One of six questions goes from always right to always wrong, ten repeats each:
     # ten lost samples, but one question's worth of evidence; a bootstrap over the
     # 60 samples as if independent would call it a regression.
-    from evalpipe.report.compare import compare_runs
+    from evalpipe._report.compare import compare_runs
 
     ids = ["a1", "a2", "a3", "a4", "r1", "r2"]
     a = _repeat_run(tmp_path, "a", {q: [True] * 10 for q in ids})
@@ -166,9 +167,9 @@ def test_gate_does_not_count_repeats_as_independent_evidence(tmp_path):
 
 
 def test_report_shows_repeats_and_flipping_questions(tmp_path):
-    from evalpipe.report.build import build_report
-    from evalpipe.report.html import render_html
-    from evalpipe.report.render import render_markdown
+    from evalpipe._report.build import build_report
+    from evalpipe._report.html import render_html
+    from evalpipe._report.render import render_markdown
 
     run = _repeat_run(tmp_path, "a", {"a1": [True, False, True], "a2": [True] * 3,
                                       "r1": [False] * 3})
@@ -181,8 +182,8 @@ def test_report_shows_repeats_and_flipping_questions(tmp_path):
 
 
 def test_tidy_csv_carries_pass_k_flip_rate_and_noise_floor(tmp_path):
-    from evalpipe.report.build import build_report
-    from evalpipe.report.render import tidy_rows
+    from evalpipe._report.build import build_report
+    from evalpipe._report.render import tidy_rows
 
     run = _repeat_run(tmp_path, "a", {"a1": [True, False], "a2": [True, True]})
     rows = {r["metric"]: r for r in tidy_rows(build_report(run))}
@@ -190,3 +191,15 @@ def test_tidy_csv_carries_pass_k_flip_rate_and_noise_floor(tmp_path):
     assert rows["pass@2"]["value"] == pytest.approx(1.0)
     assert rows["flip_rate"]["value"] == pytest.approx(0.5) and rows["flip_rate"]["n"] == 2
     assert rows["noise_floor"]["n"] == 2
+
+
+def test_noise_floor_is_at_most_100_points_and_not_zero_without_spread():
+    # three questions, one right: the formula gives more than 1 (it printed 114.4 points)
+    assert (Z95 + Z80) * math.sqrt(2 * np.var([1, 0, 0], ddof=1) / 3) > 1
+    assert detectable_difference([1, 0, 0]) == 1.0
+    # both runs 0% (it printed 0.0): a proportion with one right and one wrong added
+    p = 1 / 18
+    floor = detectable_difference([0.0] * 16, [0.0] * 16)
+    assert floor == pytest.approx((Z95 + Z80) * math.sqrt(2 * p * (1 - p) / 16))
+    assert 0.2 < floor < 0.3
+    assert detectable_difference([1.0] * 16) == pytest.approx(floor)  # all right: by symmetry

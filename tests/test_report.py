@@ -14,16 +14,16 @@ import pytest
 from click.testing import CliRunner
 from report_fixtures import BASE, MODEL, TOOLS, make_run_a, samples_a, write_run
 
-from evalpipe.report.build import build_report
-from evalpipe.report.load import load_run, model_parameters
-from evalpipe.report.render import (
+from evalpipe._report.build import build_report
+from evalpipe._report.load import load_run, model_parameters
+from evalpipe._report.render import (
     render_csv,
     render_json,
     render_latex,
     render_markdown,
     tex_escape,
 )
-from evalpipe.report.tables import score_table
+from evalpipe._report.tables import score_table
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,13 @@ def test_markdown(data):
 
 def test_csv_is_tidy(data):
     rows = list(csv.DictReader(io.StringIO(render_csv(data))))
-    assert list(rows[0]) == ["cell_id", "suite", "metric", "value", "n", "lo", "hi"]
+    assert list(rows[0]) == ["cell_id", "model", "format", "toolset", "retrieval",
+                             "retrieval_method", "suite", "metric", "value", "n", "lo", "hi"]
+    tools = next(r for r in rows if r["cell_id"] == TOOLS)
+    assert (tools["model"], tools["format"], tools["toolset"], tools["retrieval"],
+            tools["retrieval_method"]) == (MODEL, "hermes", "calculator", "prepend", "bm25")
+    base = next(r for r in rows if r["cell_id"] == BASE)
+    assert (base["toolset"], base["retrieval"], base["retrieval_method"]) == ("none", "none", "")
     keys = [(r["cell_id"], r["suite"], r["metric"]) for r in rows]
     assert len(keys) == len(set(keys))  # one row per cell x suite x metric
     by = {k: r for k, r in zip(keys, rows)}
@@ -127,6 +133,10 @@ def test_csv_is_tidy(data):
 def test_json_round_trips(data):
     back = json.loads(render_json(data))
     assert back["accuracy"][0]["metrics"]["exact"]["rate"] == 0.25
+    for table in ("accuracy", "categories", "cost"):  # the facets beside every cell id
+        row = next(r for r in back[table] if r["cell_id"] == TOOLS)
+        assert (row["model"], row["format"], row["toolset"], row["retrieval_mode"],
+                row["retrieval_method"]) == (MODEL, "hermes", "calculator", "prepend", "bm25")
     assert set(back) >= {"run_id", "k", "suites", "cells", "accuracy", "categories", "cost"}
 
 
@@ -189,13 +199,54 @@ def test_latex_compiles(data, tmp_path):
 
 def test_plots_are_png(data, tmp_path):
     pytest.importorskip("matplotlib")
-    from evalpipe.report.plots import write_plots
+    from evalpipe._report.plots import write_plots
 
     paths = write_plots(data, tmp_path)
-    assert sorted(p.name for p in paths) == ["accuracy_vs_cost.png", "accuracy_vs_size.png",
-                                             "categories.png"]
+    # one model: no accuracy-against-size plot (one size is no curve)
+    assert sorted(p.name for p in paths) == ["accuracy_vs_cost.png", "categories.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _figures(monkeypatch):
+    """The matplotlib figures the plot functions draw, kept instead of closed."""
+    from evalpipe._report import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "_png", lambda fig: drawn.append(fig) or b"png")
+    return drawn
+
+
+def test_size_plot_needs_two_model_sizes(data, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from evalpipe._report.plots import accuracy_vs_size
+
+    assert accuracy_vs_size(data) is None
+    two = {**data, "cells": [{**c, "parameters": 135e6 if i == 0 else 1.7e9}
+                             for i, c in enumerate(data["cells"])]}
+    drawn = _figures(monkeypatch)
+    assert accuracy_vs_size(two) == b"png"
+    labels = [t.get_text() for t in drawn[0].axes[0].get_xticklabels()]
+    assert labels == ["135M", "1.7B"]
+
+
+def test_cost_axis_says_under_load_and_log_ticks_are_readable(data, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from evalpipe._report.plots import accuracy_vs_cost
+
+    # SmolLM at ~1 s per sample, a large model at ~24 s: a log axis over 10x
+    cost = [{**r, "fields": {**r["fields"], "wall_ms": {"mean": wall}}}
+            for r, wall in zip(data["cost"], (1_000.0, 24_000.0))]
+    drawn = _figures(monkeypatch)
+    accuracy_vs_cost({**data, "cost": cost})
+    wall_axis = drawn[0].axes[1]
+    assert "under load" in wall_axis.get_xlabel()
+    assert wall_axis.get_xscale() == "log"
+    drawn[0].canvas.draw()
+    lo, hi = wall_axis.get_xlim()
+    shown = [t.get_text() for t in wall_axis.get_xticklabels()
+             if lo <= t.get_position()[0] <= hi and t.get_text()]
+    assert len(shown) >= 3 and {"1k", "2k", "5k", "10k", "20k"} >= set(shown), shown
 
 
 def test_score_table_reads_nested_rates(run_dir):
@@ -252,7 +303,7 @@ def test_infra_errors_are_left_out_and_noted(tmp_path):
 
 
 def test_html_sample_cap(run_dir):
-    from evalpipe.report.html import render_html
+    from evalpipe._report.html import render_html
 
     run = load_run(run_dir)
     data = build_report(run)
@@ -261,3 +312,37 @@ def test_html_sample_cap(run_dir):
     assert len(json.loads(payload)) == 5
     assert "first 5 of 12 samples" in page
     assert "first" not in render_html(run, data, {}, max_samples=None).split("Samples</h2>")[1][:40]
+
+
+def test_cell_facets_are_read_from_the_manifest_never_parsed_from_the_cell_id(tmp_path):
+    """A cell id is a name: a model id with slashes, or a renamed cell, must not change
+    what a report groups by. The runner records each cell's facets in the manifest."""
+    from evalpipe._report.load import RunData, cell_facets
+
+    cell = "org/model-7b/json/math/hybrid_weighted-tool"
+    facets = {"model": "org/model-7b", "format": "json", "toolset": "math", "retrieval": "tool",
+              "method": "hybrid_weighted"}
+    run = RunData(tmp_path, {"cells": {cell: {"facets": facets}}}, {}, [], {})
+    assert cell_facets(run, cell) == {"model": "org/model-7b", "format": "json",
+                                      "toolset": "math", "retrieval_mode": "tool",
+                                      "retrieval_method": "hybrid_weighted"}
+    unknown = RunData(tmp_path, {"cells": {"a/b/c/no-rag": {}}}, {}, [], {})
+    assert set(cell_facets(unknown, "a/b/c/no-rag").values()) == {None}
+
+
+def test_a_run_records_each_cells_facets_in_its_manifest(tmp_path, scripted, monkeypatch):
+    import json
+
+    from evalpipe import runner
+    from evalpipe.config import parse_config
+
+    (tmp_path / "q.jsonl").write_text(json.dumps(
+        {"id": "q1", "suite": "s", "question": "1+1?", "answer": 2}) + "\n")
+    config = parse_config({"name": "f", "questions": [str(tmp_path / "q.jsonl")],
+                           "models": ["m"], "toolsets": ["none"]})
+    monkeypatch.setattr(runner, "load_backend", lambda model: scripted(lambda prompt: "2"))
+    run_dir = runner.execute_run(config, tmp_path / "out", use_cache=False, echo=lambda s: None)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    [cell] = manifest["cells"].values()
+    assert cell["facets"] == {"model": "m", "format": "hermes", "toolset": "none",
+                              "retrieval": "none", "method": None}

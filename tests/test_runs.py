@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +55,30 @@ def isolated_env(tmp_path):
     return env
 
 
+# `evalpipe run ...` that sends itself a signal once its first samples are written: the
+# signal lands mid-run on any machine, however fast or loaded.
+_SIGNAL_AFTER_FIRST_WRITE = """
+import os, sys
+from evalpipe.cli import main
+from evalpipe.store import RunStore
+
+append = RunStore.append_samples
+
+def append_then_signal(self, samples):
+    append(self, samples)
+    RunStore.append_samples = append
+    os.kill(os.getpid(), int(sys.argv[1]))
+
+RunStore.append_samples = append_then_signal
+main(sys.argv[2:], prog_name="evalpipe")
+"""
+
+
+def run_signalled(signum: int, *args: str, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _SIGNAL_AFTER_FIRST_WRITE, str(int(signum)),
+                           "run", *args], capture_output=True, text=True, env=env, check=False)
+
+
 def samples_of(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
 
@@ -68,20 +91,10 @@ def test_killed_run_resumes_without_loss_or_duplicates(tmp_path, tiny_model_dir,
     (run_a,) = [p for p in (tmp_path / "a").iterdir() if p.name != "latest"]
 
     out_b = tmp_path / "b"
-    proc = subprocess.Popen([sys.executable, "-m", "evalpipe", "run", "--config", str(config),
-                             "--out", str(out_b), "--no-cache"], env=isolated_env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    samples = None
-    while time.time() < deadline and proc.poll() is None:
-        found = [p for p in out_b.glob("*/samples.jsonl") if p.parent.name != "latest"]
-        if found and found[0].stat().st_size > 0:
-            samples = found[0]
-            break
-        time.sleep(0.02)
-    assert samples is not None, "the run wrote nothing before it ended"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    killed = run_signalled(signal.SIGKILL, "--config", str(config), "--out", str(out_b),
+                           "--no-cache", env=isolated_env)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (samples,) = [p for p in out_b.glob("*/samples.jsonl") if p.parent.name != "latest"]
     with open(samples, "a") as f:  # as if the kill had cut a write short
         f.write('{"question_id": "torn')
     written = len(samples_of_tolerant(samples))
@@ -155,21 +168,11 @@ def test_a_signal_stops_the_run_cleanly_and_resume_finishes_it(tmp_path, tiny_mo
                                                               isolated_env, signum, code):
     config = make_config(tmp_path, tiny_model_dir)
     out = tmp_path / "o"
-    proc = subprocess.Popen([sys.executable, "-m", "evalpipe", "run", "--config", str(config),
-                             "--out", str(out), "--no-cache"], env=isolated_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    samples = None
-    while time.time() < deadline and proc.poll() is None:
-        found = list(out.glob("*/samples.jsonl"))
-        if found and found[0].stat().st_size > 0:
-            samples = found[0]
-            break
-        time.sleep(0.02)
-    assert samples is not None, "the run wrote nothing before it ended"
-    proc.send_signal(signum)
-    _, stderr = proc.communicate(timeout=300)
+    proc = run_signalled(signum, "--config", str(config), "--out", str(out), "--no-cache",
+                         env=isolated_env)
+    stderr = proc.stderr
     assert proc.returncode == code, stderr
+    (samples,) = out.glob("*/samples.jsonl")
     run_dir = samples.parent
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"

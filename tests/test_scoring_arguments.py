@@ -103,7 +103,31 @@ def test_dollar_escape_is_a_literal_string():
 def test_gold_plans_run_with_the_first_accepted_value():
     steps = [{"id": "s1", "name": "add", "arguments": {"a": {"$any": [2, 20]}, "b": 3}},
              {"id": "s2", "name": "multiply", "arguments": {"a": "$s1", "b": 2}}]
-    assert execute_gold_plan(steps, build_toolset("math")) == {"s1": 5, "s2": 10}
+    run = execute_gold_plan(steps, build_toolset("math"))
+    assert (run.results, run.failed, run.skipped) == ({"s1": 5, "s2": 10}, {}, [])
+
+
+def test_a_gold_plan_runs_one_way_for_validate_and_the_scorer():
+    """One executor, one policy: it never raises, runs what can run and says what failed;
+    validate reports the failure, the scorer checks references against what ran."""
+    from evalpipe.scoring.plan import Executed
+
+    steps = [{"id": "s1", "name": "divide", "arguments": {"a": 1, "b": 0}},
+             {"id": "s2", "name": "add", "arguments": {"a": "$s1", "b": 1}},
+             {"id": "s3", "name": "search_site", "arguments": {"query": "x"}},
+             {"id": "s4", "name": "add", "arguments": {"a": 2, "b": 2}},
+             {"id": "s5", "name": "multiply", "arguments": {"a": "$s4", "b": 3}}]
+    run = execute_gold_plan(steps)
+    assert run.results == {"s4": 4, "s5": 12}
+    assert list(run.failed) == ["s1"] and "division by zero" in run.failed["s1"]
+    assert run.skipped == ["s2", "s3"]
+    # the scorer does not stop on the broken steps, and checks s5's reference by value
+    executed = [Executed("add", {"a": 2, "b": 2}, 4, True, 0, 0),
+                Executed("multiply", {"a": 4, "b": 3}, 12, True, 1, 1)]
+    assert match_plan(executed, steps).exact is False  # s1..s3 were never called
+    assert match_plan(executed, steps[3:]).exact
+    wrong = [executed[0], Executed("multiply", {"a": 5, "b": 3}, 15, True, 1, 1)]
+    assert not match_plan(wrong, steps[3:]).exact
 
 
 BASE = {"id": "q1", "suite": "arithmetic", "question": "?", "answer": 5}
@@ -146,7 +170,7 @@ def test_good_gold_forms_load(tmp_path):
 
 
 def test_validate_reports_every_bad_form_with_file_line_and_field(tmp_path):
-    from evalpipe.validate import validate_paths
+    from evalpipe._validate import validate_paths
 
     good = {**BASE, "gold_calls": [{"id": "s1", "name": "add",
                                     "arguments": {"a": {"$any": [2, 20]}, "b": 3}}]}

@@ -48,6 +48,9 @@ def score(sample, question, judgement=None):
 # One realistic transcript per rung of the ladder.
 CASES = {
     "infra_error": (CALC, {"stop_reason": "infra_error"}),
+    "malformed_reply": (CALC, {"stop_reason": "malformed_reply", "steps": [{
+        "raw": '{"choices": [{"message": {"content": 42}}]}', "finish_reason": "malformed",
+        "malformed": "choices[0].message.content: Input should be a valid string (got int)"}]}),
     "tool_failure": (CALC, {"final_answer": "Kết quả là 42.", "steps": [
         [call("add", {"a": 12, "b": 30}, 42)],
         [call("multiply", {"a": 42, "b": 7}, error="timeout")]]}),
@@ -155,7 +158,7 @@ def test_correct_beats_format_problems():
 def test_infra_samples_are_flagged_and_answer_nothing():
     out = score(make_sample(CALC, stop_reason="infra_error"), CALC)
     assert out["infra"] and out["category"] == "infra_error"
-    s = make_sample(CALC, "Kết quả là 294.", steps=RIGHT_CALLS, error="tool sandbox crashed")
+    s = make_sample(CALC, "Kết quả là 294.", steps=RIGHT_CALLS, error="tool thread crashed")
     assert score(s, CALC)["category"] == "infra_error"
 
 
@@ -329,8 +332,8 @@ def test_a_truncated_first_search_is_not_replaced_by_a_later_one():
 
 
 def test_reports_list_every_category_once_and_colour_each():
-    from evalpipe.report.plots import CATEGORY_COLOURS
-    from evalpipe.report.tables import CATEGORY_ORDER
+    from evalpipe._report.plots import CATEGORY_COLOURS
+    from evalpipe._report.tables import CATEGORY_ORDER
     from evalpipe.scoring.categories import CATEGORIES, DISPLAY_ORDER, SCORER_ERROR
 
     assert CATEGORY_ORDER is DISPLAY_ORDER  # one list, not a copy that drifts

@@ -68,11 +68,23 @@ def bad_parse():
             "strict_errors": [error]}
 
 
+def malformed():
+    return {"raw": '{"choices": []}', "finish_reason": "malformed",
+            "malformed": "choices: empty, expected one choice"}
+
+
 CASES = {
     "infra_error": [
         (CALC, make_sample(CALC, stop_reason="infra_error")),
         (CTRL, make_sample(CTRL, "Paris", error="CUDA out of memory")),
         (RAG, make_sample(RAG, "Caddy", final_turn={"finish_reason": "error"})),
+    ],
+    "malformed_reply": [  # the endpoint's reply did not fit the wire shape
+        (CALC, make_sample(CALC, stop_reason="malformed_reply", steps=[malformed()])),
+        (ABSTAIN, make_sample(ABSTAIN, stop_reason="malformed_reply", toolset="none",
+                              steps=[malformed()])),  # no answer is not an abstention
+        (CALC, make_sample(CALC, stop_reason="malformed_reply",
+                           steps=[[call("add", {"a": 12, "b": 30}, 42)], malformed()])),
     ],
     "tool_failure": [  # the right call, and the tool failed it
         (ONE, make_sample(ONE, "I could not compute it.",

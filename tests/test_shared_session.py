@@ -97,14 +97,6 @@ def test_a_cells_later_turns_reuse_their_cache_beside_other_cells(tiny_llama):
     assert gen.stats["turn_reused_tokens"] > 0
 
 
-class OneCellAtATime(Engine):
-    """The engine as it ran before: each cell in a generation session of its own."""
-
-    def run_cells(self, jobs, run_id, window=None, progress=None):
-        for job in jobs:
-            yield from super().run_cells([job], run_id, window, progress)
-
-
 def counting(opened: list, fail_at_poll: int | None = None):
     """A session opener that counts the sessions and can interrupt one mid-run."""
 
@@ -152,7 +144,7 @@ def test_a_grid_run_in_one_session_equals_its_cells_one_after_another(grid, tmp_
                                                                       monkeypatch):
     monkeypatch.setenv("EVALPIPE_GENERATION_CACHE", str(tmp_path / "gen.sqlite"))
     alone = execute_run(grid, tmp_path / "alone", use_cache=False, echo=lambda line: None,
-                        engine=OneCellAtATime())
+                        engine=Engine(shared=False))
     opened = []
     together = execute_run(grid, tmp_path / "together", use_cache=False,
                            echo=lambda line: None, engine=Engine(counting(opened)))
@@ -169,7 +161,7 @@ def test_a_grid_run_interrupted_mid_run_resumes_to_the_same_records(grid, tmp_pa
                                                                    monkeypatch):
     monkeypatch.setenv("EVALPIPE_GENERATION_CACHE", str(tmp_path / "gen.sqlite"))
     alone = execute_run(grid, tmp_path / "alone", use_cache=False, echo=lambda line: None,
-                        engine=OneCellAtATime())
+                        engine=Engine(shared=False))
     out = tmp_path / "together"
     with pytest.raises(KeyboardInterrupt):
         execute_run(grid, out, use_cache=False, echo=lambda line: None,

@@ -14,24 +14,27 @@ from evalpipe.store import RunLockedError, RunStore
 
 def test_torn_last_line_is_dropped_and_cut_on_repair(tmp_path):
     store = RunStore(tmp_path)
-    store.append_samples([{"question_id": "a"}, {"question_id": "b"}])
+    store.append_samples([{"cell_id": "m", "question_id": "a"},
+                          {"cell_id": "m", "question_id": "b"}])
     with open(store.samples_path, "a") as f:
-        f.write('{"question_id": "c", "turns": [')  # killed mid-write
+        f.write('{"cell_id": "m", "question_id": "c", "turns": [')  # killed mid-write
     assert [r["question_id"] for r in store.read_samples()] == ["a", "b"]
     store.read_samples(repair=True)
-    store.append_samples([{"question_id": "c"}])
+    store.append_samples([{"cell_id": "m", "question_id": "c"}])
     assert [r["question_id"] for r in store.read_samples()] == ["a", "b", "c"]
 
 
 def test_corruption_before_the_last_line_is_an_error(tmp_path):
     store = RunStore(tmp_path)
-    store.samples_path.write_text('{"a": 1}\nnot json\n{"b": 2}\n')
+    store.samples_path.write_text('{"cell_id": "m", "question_id": "a"}\nnot json\n'
+                                  '{"cell_id": "m", "question_id": "b"}\n')
     with pytest.raises(InputError) as err:
         store.read_samples()
     assert err.value.line == 2
 
 
 def test_a_second_writer_is_refused(tmp_path):
+    # The holder sleeps only to keep its lock until the test kills it; nothing waits on time.
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from evalpipe.store import RunStore; "
          f"s = RunStore({str(tmp_path)!r}); s.lock(); print('locked', flush=True); time.sleep(30)"],

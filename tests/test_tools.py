@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 import threading
-import time
+from pathlib import Path
 
 import pytest
 
@@ -115,7 +115,7 @@ def test_slow_tool_times_out_and_the_run_goes_on():
     release, finished = threading.Event(), threading.Event()
 
     def slow(x: int) -> int:
-        release.wait(5)
+        release.wait(60)  # the tool runs until the test releases it; the bound ends a failure
         finished.set()
         return x
 
@@ -154,22 +154,33 @@ def test_a_raising_tool_is_reported():
 
 
 def test_parallel_calls_come_back_in_call_order():
-    def wait(ms: int) -> int:
-        time.sleep(ms / 1000)
-        return ms
+    # Call i finishes only after call i + 1 has: they end in reverse order, and come back
+    # in call order all the same.
+    ended = [threading.Event() for _ in range(4)]
 
-    tool = Tool("wait", "Waits.", {"type": "object", "properties": {"ms": {"type": "integer"}},
-                                   "required": ["ms"]}, wait)
-    toolset = Toolset({"wait": tool, **build_toolset("calculator").tools})
-    calls = [ToolCall("wait", {"ms": ms}, id=f"c{i}") for i, ms in enumerate([300, 10, 150, 0])]
-    calls.insert(2, ToolCall("nope", {}, id="bad"))
+    def step(i: int) -> int:
+        if i + 1 < len(ended):
+            ended[i + 1].wait(60)  # the bound only ends a failed test
+        ended[i].set()
+        return i
+
+    tool = Tool("step", "Steps.", {"type": "object", "properties": {"i": {"type": "integer"}},
+                                   "required": ["i"]}, step)
+    toolset = Toolset({"step": tool, **build_toolset("calculator").tools},
+                      ToolLimits(timeout_s=60))  # a bound for a failed test, never reached
+    calls = [ToolCall("step", {"i": i}, id=f"c{i}") for i in range(4)]
     calls.append(ToolCall("add", {"a": 1, "b": 2}, id="sum"))
     events = toolset.execute(calls)
-    assert [e.call_id for e in events] == ["c0", "c1", "bad", "c2", "c3", "sum"]
-    assert [e.result for e in events] == [300, 10, None, 150, 0, 3]
-    assert events[2].error == "unknown_tool"
+    assert [e.call_id for e in events] == ["c0", "c1", "c2", "c3", "sum"]
+    assert [e.result for e in events] == [0, 1, 2, 3, 3]
+    # A reply with an unknown tool runs its calls one after another, in call order.
+    calls = [ToolCall("add", {"a": 1, "b": 1}, id="a"), ToolCall("nope", {}, id="bad"),
+             ToolCall("add", {"a": 2, "b": 2}, id="b")]
+    events = toolset.execute(calls)
+    assert [(e.call_id, e.result, e.error) for e in events] == [
+        ("a", 2, None), ("bad", None, "unknown_tool"), ("b", 4, None)]
     # Four calls that each wait for all four to be running: in series the barrier breaks.
-    meet = threading.Barrier(4, timeout=3)
+    meet = threading.Barrier(4, timeout=60)  # the bound only ends a failed test
     toolset = toolset.with_tools(Tool("meet", "Meets.", {"type": "object", "properties": {}},
                                       lambda: meet.wait() >= 0))
     together = toolset.execute([ToolCall("meet", {}, id=f"p{i}") for i in range(4)])
@@ -226,3 +237,92 @@ def test_result_text():
     ok, bad = toolset.execute([ToolCall("add", {"a": 1, "b": 2}), ToolCall("x", {})])
     assert result_text(ok) == "3"
     assert json.loads(result_text(bad)) == {"error": bad.error_message}
+
+
+FUTURE_TOOLS = '''
+from __future__ import annotations
+
+
+def capital(country: str) -> str:
+    """The capital of a country."""
+    return {"France": "Paris", "Vietnam": "Hanoi"}.get(country, "unknown")
+
+
+def area(width: float, height: float) -> float:
+    return width * height
+'''
+
+
+def test_a_module_with_postponed_annotations_works(tmp_path, monkeypatch):
+    """`from __future__ import annotations` turns hints into strings: they are resolved
+    (it failed with "no simple type hint")."""
+    (tmp_path / "future_tools.py").write_text(FUTURE_TOOLS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tool = tool_from_callable("future_tools:capital")
+    assert tool.parameters["properties"] == {"country": {"type": "string"}}
+    assert tool_from_callable("future_tools:area").parameters["required"] == ["width", "height"]
+
+
+def test_a_bad_custom_tool_names_custom_tools_with_file_and_line(tmp_path, user_module):
+    from evalpipe.config import load_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("questions: [q.jsonl]\nmodels: [m]\ncustom_tools:\n"
+                   f"  - {user_module}:shout\n  - {user_module}:untyped\n")
+    with pytest.raises(InputError) as err:
+        load_config(cfg)
+    message = str(err.value)
+    assert message.startswith(f"{cfg}:5: field 'custom_tools[1]'")
+    assert "parameter 'x' has no simple type hint" in message
+
+
+def test_the_command_imports_a_tool_module_from_the_current_folder(tmp_path):
+    """As `python -m evalpipe` does; the `evalpipe` script alone did not (PYTHONPATH=.
+    was needed). The entry script sits elsewhere, as an installed console script does."""
+    import os
+    import subprocess
+    import sys
+
+    work, scripts = tmp_path / "work", tmp_path / "bin"
+    work.mkdir()
+    scripts.mkdir()
+    (scripts / "evalpipe_entry.py").write_text("from evalpipe.cli import main\nmain()\n")
+    (work / "future_tools.py").write_text(FUTURE_TOOLS)
+    (work / "q.jsonl").write_text(json.dumps({
+        "id": "c1", "suite": "geo", "question": "What is the capital of France?",
+        "answer": "Paris", "gold_calls": [{"id": "s1", "name": "capital",
+                                           "arguments": {"country": "France"}}]}) + "\n")
+    (work / "c.yaml").write_text("questions: [q.jsonl]\nmodels: [m]\ntoolsets: [none]\n"
+                                 "custom_tools: ['future_tools:capital']\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)  # this checkout only
+    res = subprocess.run([sys.executable, str(scripts / "evalpipe_entry.py"), "validate",
+                          "--config", "c.yaml"], cwd=work, env=env, capture_output=True,
+                         text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    assert "ok: no problems found" in res.stdout
+    # without the config the tool is unknown, and the message says what to add
+    res = subprocess.run([sys.executable, str(scripts / "evalpipe_entry.py"), "validate",
+                          "q.jsonl"], cwd=work, env=env, capture_output=True, text=True,
+                         check=False)
+    assert res.returncode == 2 and "unknown tool 'capital'" in res.stderr
+    assert "a custom tool needs --config" in res.stderr
+
+
+def test_validate_runs_a_gold_plan_through_a_custom_tool(tmp_path, monkeypatch):
+    from evalpipe._validate import validate
+
+    (tmp_path / "future_tools.py").write_text(FUTURE_TOOLS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = [{"id": "c1", "suite": "geo", "question": "Capital of France?", "answer": "Paris",
+             "gold_calls": [{"id": "s1", "name": "capital", "arguments": {"country": "France"}}]},
+            {"id": "c2", "suite": "geo", "question": "Capital of Vietnam?", "answer": "Paris",
+             "gold_calls": [{"id": "s1", "name": "capital",
+                             "arguments": {"country": "Vietnam"}}]},
+            {"id": "a1", "suite": "geo", "question": "Area of 2 by 3?", "answer": 6,
+             "gold_calls": [{"id": "s1", "name": "area", "arguments": {"width": 2, "height": 3}}]}]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    problems = validate(tmp_path / "q.jsonl", custom_tools=["future_tools:capital",
+                                                           "future_tools:area"])
+    assert len(problems) == 1 and ":2: field 'answer'" in problems[0]
+    assert "gives 'Hanoi'" in problems[0]

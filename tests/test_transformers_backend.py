@@ -11,6 +11,7 @@ import pytest
 from helpers import greedy_reference as reference
 
 from evalpipe.backends.base import GenerationSettings
+from evalpipe.backends.local import batching
 from evalpipe.backends.local.batching import BatchGenerator, PrefixStore, common_prefix, supported
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -207,7 +208,10 @@ def test_batch_size_is_capped(tiny_llama):
     assert gen.pick_batch_size(7, 100, 50) == 1
 
 
-def test_per_row_timings(tiny_llama, prompts_and_eos):
+def test_per_row_timings(tiny_llama, prompts_and_eos, monkeypatch):
+    # Each clock reading advances 1 ms: the timings count the loop's own steps, whatever
+    # else the machine is doing.
+    monkeypatch.setattr(batching, "time", helpers.FakeClock(tick=0.001))
     prompts, eos, refs = prompts_and_eos
     gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
     rows = gen.generate(prompts, max_new_tokens=20, batch_size=4)

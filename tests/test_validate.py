@@ -1,4 +1,4 @@
-"""evalpipe.validate finds every kind of problem, on the right line and field."""
+"""evalpipe._validate finds every kind of problem, on the right line and field."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.validate import number_pattern, validate_paths
+from evalpipe._validate import number_pattern, validate_paths
 
 DOC = ("# Server notes\n\n- lang: en\n\nThe database server ong-chua has 64 GB of RAM. "
        "It served 7,006,652 queries yesterday and 7.006.652 the day before.\n"

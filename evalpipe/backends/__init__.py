@@ -11,12 +11,14 @@ BACKENDS = ("transformers", "replay", "openai", "llamacpp")
 
 
 def load_backend(model: dict[str, Any]) -> Backend:
-    """A backend for one `models:` entry of the config."""
+    """A backend for one `models:` entry of the config (the keys given; each backend
+    holds its own defaults)."""
     kind = model.get("backend", "transformers")
+    options = {k: v for k, v in model.items() if k not in ("id", "backend")}
     if kind == "transformers":
         from evalpipe.backends.transformers_backend import TransformersBackend
 
-        return TransformersBackend(model["id"], dtype=model.get("dtype", "auto"))
+        return TransformersBackend(model["id"], **options)
     if kind == "replay":
         from evalpipe.backends.replay import ReplayBackend
 
@@ -28,9 +30,7 @@ def load_backend(model: dict[str, Any]) -> Backend:
     if kind == "llamacpp":
         from evalpipe.backends.llamacpp_backend import LlamaCppBackend
 
-        return LlamaCppBackend(model["id"], n_ctx=model.get("n_ctx", 4096),
-                               n_threads=model.get("n_threads"), seed=model.get("seed", 0),
-                               n_batch=model.get("n_batch", 512))
+        return LlamaCppBackend(model["id"], **options)
     raise InputError(f"unknown backend {kind!r}", field="models.backend",
                      expected=" | ".join(BACKENDS))
 

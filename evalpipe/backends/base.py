@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -60,6 +60,9 @@ class GenerationSession:
     def __init__(self, backend: Backend, settings: GenerationSettings):
         self.backend, self.settings = backend, settings
         self.queue: list[tuple[Hashable, str]] = []
+        # Asked between units of work (a decode step): True means stop now and drop what
+        # is unfinished; the caller runs it again later (a run's first SIGTERM).
+        self.should_stop: Callable[[], bool] = _never
 
     @property
     def pending(self) -> int:
@@ -74,6 +77,10 @@ class GenerationSession:
             return []
         gens = self.backend.generate([prompt for _, prompt in batch], self.settings)
         return [(key, gen) for (key, _), gen in zip(batch, gens)]
+
+
+def _never() -> bool:
+    return False
 
 
 def run_dry(session: GenerationSession, prompts: list[str], progress=None) -> list[Generation]:
@@ -119,3 +126,11 @@ class Backend(ABC):
     def describe(self) -> dict[str, Any]:
         """Facts for the manifest and the cell fingerprint."""
         return {"model_id": self.model_id}
+
+    def served_identity(self) -> dict[str, Any] | None:
+        """What the model that answers says it is, observed at run time, for a backend
+        whose describe() cannot know it (a server may swap the model behind a name):
+        part of the generation-cache key and recorded in the manifest, not in the
+        fingerprint. None: describe() identifies the model fully. A dict with
+        "unknown" (why): it could not be observed, so no cached reply may be used."""
+        return None

@@ -1,5 +1,7 @@
 """The retrying HTTP client of the OpenAI backend: POSTs JSON to an
-OpenAI-compatible server and reads the reply (plain or streamed).
+OpenAI-compatible server and reads the reply (plain or streamed), checked field
+by field (backends/openai_reply.py), into the one record of a completion,
+records.Generation.
 
 429, 5xx, timeouts and connection errors are retried with exponential backoff
 and full jitter (a server's Retry-After is honoured); a server that streams
@@ -17,11 +19,21 @@ import random
 import re
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from evalpipe.formats.openai import reply_calls
-from evalpipe.records import ToolCall
+from evalpipe.backends.openai_reply import (
+    MAX_BODY_BYTES,
+    MAX_CALLS,
+    Function,
+    MalformedReply,
+    Usage,
+    WireCall,
+    excerpt,
+    read_body,
+    tool_calls,
+)
+from evalpipe.records import Generation, ToolCall
 
 RETRY_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 
@@ -34,17 +46,6 @@ class RequestFailed(Exception):
 
 class StreamRejected(Exception):
     """The server refused the streaming form of a request (400/404/422)."""
-
-
-@dataclass
-class Reply:
-    text: str
-    tool_calls: list[ToolCall] | None
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    prefill_ms: float
-    decode_ms: float
 
 
 class Circuit:
@@ -75,9 +76,10 @@ class HttpClient:
         self._state_lock = threading.Lock()
         self._stream_usage: bool | None = None  # does the server send usage when streaming?
 
-    def post(self, path: str, body: dict[str, Any], circuit: Circuit) -> Reply:
-        """POST body to base_url + path, retried; raises RequestFailed (not retryable)
-        when every attempt failed."""
+    def post(self, path: str, body: dict[str, Any], circuit: Circuit) -> Generation:
+        """POST body to base_url + path, retried, and the reply as a Generation; raises
+        RequestFailed (not retryable) when every attempt failed, MalformedReply when the
+        reply does not fit the wire shape (never retried: the same server says the same)."""
         url = self.base_url + path
         attempts = 1 + (0 if circuit.open else self.max_retries)
         last: RequestFailed | None = None
@@ -96,6 +98,27 @@ class HttpClient:
             circuit.trip()
         tries = f" after {attempt + 1} attempt{'s' if attempt else ''}"
         raise RequestFailed(f"openai backend: POST {url} failed{tries}: {last}", False)
+
+    def get_json(self, path: str) -> Any:
+        """GET base_url + path once, as JSON (e.g. /models); None when it cannot be had."""
+        import requests
+
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            response = self._session().get(self.base_url + path, headers=self._headers(),
+                                           timeout=(min(10.0, self.timeout_s), self.timeout_s),
+                                           stream=True)
+        except requests.exceptions.RequestException:
+            return None
+        try:
+            if response.status_code != 200:
+                return None
+            raw = b"".join(self._pieces(response, deadline))
+            return json.loads(raw.decode("utf-8"))
+        except (RequestFailed, MalformedReply, ValueError, RecursionError):
+            return None
+        finally:
+            response.close()
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         """Exponential backoff with full jitter; a server's Retry-After is honoured
@@ -129,7 +152,7 @@ class HttpClient:
         with self._state_lock:
             return self._stream_usage is not False
 
-    def _send(self, url: str, body: dict[str, Any]) -> Reply:
+    def _send(self, url: str, body: dict[str, Any]) -> Generation:
         if self._use_stream():
             try:
                 reply, had_usage = self._post_stream(url, body)
@@ -148,14 +171,16 @@ class HttpClient:
             return reply
         return self._post(url, body)
 
-    def _request(self, url: str, body: dict[str, Any], stream: bool):
+    def _request(self, url: str, body: dict[str, Any], deadline: float):
+        """POST `body`; the response with its body not yet read (every body is read by
+        `_pieces`, within the request's deadline), or RequestFailed / StreamRejected."""
         import requests
 
         try:
             response = self._session().post(url, data=json.dumps(body, ensure_ascii=False)
                                             .encode("utf-8"), headers=self._headers(),
                                             timeout=(min(10.0, self.timeout_s), self.timeout_s),
-                                            stream=stream)
+                                            stream=True)
         except requests.exceptions.ConnectionError as exc:
             raise RequestFailed(f"cannot connect to the server ({_reason(exc)})", True) from None
         except requests.exceptions.Timeout:
@@ -163,108 +188,165 @@ class HttpClient:
         except requests.exceptions.RequestException as exc:
             raise RequestFailed(f"{type(exc).__name__}: {_short(exc)}", True) from None
         if response.status_code >= 400:
-            text = _snippet(response)
+            try:
+                text = _snippet(b"".join(self._pieces(response, deadline)), response.reason)
+            except (RequestFailed, MalformedReply):
+                text = response.reason or ""
+            finally:
+                response.close()
             retry_after = _retry_after(response.headers.get("Retry-After"))
             retryable = response.status_code in RETRY_STATUS
-            response.close()
-            if stream and response.status_code in (400, 404, 422) and "stream" in text.lower():
+            if body.get("stream") and response.status_code in (400, 404, 422) \
+                    and "stream" in text.lower():
                 raise StreamRejected()
             raise RequestFailed(f"HTTP {response.status_code}: {text}", retryable, retry_after)
         return response
 
-    def _post(self, url: str, body: dict[str, Any]) -> Reply:
-        import requests
-
-        start = time.perf_counter()
-        response = self._request(url, dict(body, stream=False), stream=False)
+    def _post(self, url: str, body: dict[str, Any]) -> Generation:
+        start = time.monotonic()
+        deadline = start + self.timeout_s
+        response = self._request(url, dict(body, stream=False), deadline)
         try:
-            data = response.json()
-        except (ValueError, requests.exceptions.RequestException) as exc:
-            raise RequestFailed(f"reply is not JSON ({_short(exc)})", True) from None
-        end = time.perf_counter()
-        choice = (data.get("choices") or [{}])[0]
-        usage = data.get("usage") or {}
-        if "message" in choice:
-            message = choice.get("message") or {}
-            text = message.get("content") or ""
-            calls = reply_calls(message.get("tool_calls"))
+            raw = b"".join(self._pieces(response, deadline))
+        finally:
+            response.close()
+        end = time.monotonic()
+        data = read_body(raw)
+        if data.error is not None and not data.choices:
+            raise RequestFailed(f"server error: {_short(data.error)}", True)
+        choice = data.choices[0]
+        if choice.message is not None:
+            text = choice.message.content or ""
+            calls = tool_calls([_triple(c) for c in choice.message.tool_calls or ()],
+                               "choices[0].message.tool_calls", raw)
         else:
-            text, calls = choice.get("text") or "", None
-        return Reply(text, calls, _finish(choice.get("finish_reason"), calls),
-                      int(usage.get("prompt_tokens") or 0),
-                      int(usage.get("completion_tokens") or 0), 0.0, (end - start) * 1000)
+            text, calls = choice.text or "", None
+        usage = data.usage or Usage()
+        return Generation(text, usage.prompt_tokens or 0, usage.completion_tokens or 0, 0.0,
+                          (end - start) * 1000, _finish(choice.finish_reason, calls),
+                          tool_calls=calls, model=data.model)
 
-    def _post_stream(self, url: str, body: dict[str, Any]) -> tuple[Reply, bool]:
+    def _pieces(self, response, deadline: float) -> Iterator[bytes]:
+        """The body as it arrives, within `deadline` for the whole of it (a server that
+        sends one byte at a time is stopped there, not only a silent one) and at most
+        MAX_BODY_BYTES."""
         import requests
 
-        start = time.perf_counter()
+        size = 0
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RequestFailed(f"reply not finished within timeout_s="
+                                        f"{self.timeout_s:g}", True)
+                _read_timeout(response, left)
+                piece = response.raw.read1(1 << 16)
+                if not piece:
+                    return
+                size += len(piece)
+                if size > MAX_BODY_BYTES:
+                    raise MalformedReply(f"the reply is over {MAX_BODY_BYTES} bytes",
+                                         excerpt(piece))
+                yield piece
+        except (requests.exceptions.RequestException, urllib3_errors()) as exc:
+            if "timed out" in str(exc).lower() or "timeout" in type(exc).__name__.lower():
+                raise RequestFailed(f"no answer within timeout_s={self.timeout_s:g}",
+                                    True) from None
+            raise RequestFailed(f"connection lost mid-reply ({_short(exc)})", True) from None
+
+    def _post_stream(self, url: str, body: dict[str, Any]) -> tuple[Generation, bool]:
+        start = time.monotonic()
+        deadline = start + self.timeout_s
         response = self._request(url, dict(body, stream=True,
-                                           stream_options={"include_usage": True}), stream=True)
+                                           stream_options={"include_usage": True}), deadline)
         first = None
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        finish, usage, pieces = None, None, 0
+        finish, usage, pieces, model = None, None, 0, None
         try:
-            for line in response.iter_lines(decode_unicode=False):
-                if time.perf_counter() - start > self.timeout_s:
-                    raise RequestFailed(f"reply not finished within timeout_s="
-                                        f"{self.timeout_s:g}", True)
-                if not line or not line.startswith(b"data:"):
+            for line in _lines(self._pieces(response, deadline)):
+                if not line.startswith(b"data:"):
                     continue
                 payload = line[5:].strip()
                 if payload == b"[DONE]":
                     break
-                chunk = json.loads(payload)
-                if chunk.get("error"):
-                    raise RequestFailed(f"server error in stream: {chunk['error']}", True)
-                if chunk.get("usage"):
-                    usage = chunk["usage"]
-                for choice in chunk.get("choices") or []:
-                    delta = choice.get("delta")
-                    piece = (delta or {}).get("content") if delta is not None \
-                        else choice.get("text")
-                    deltas = (delta or {}).get("tool_calls") or []
+                chunk = read_body(payload, stream=True)
+                if chunk.error is not None:
+                    raise RequestFailed(f"server error in stream: {_short(chunk.error)}", True)
+                usage = chunk.usage or usage
+                model = chunk.model or model
+                for choice in chunk.choices:
+                    delta = choice.delta
+                    piece = delta.content if delta is not None else choice.text
+                    deltas = (delta.tool_calls if delta is not None else None) or []
                     if piece or deltas:
                         pieces += 1
                         if first is None:
-                            first = time.perf_counter()
+                            first = time.monotonic()
                     if piece:
                         text.append(piece)
                     for d in deltas:
-                        slot = calls.setdefault(int(d.get("index", len(calls))),
-                                                {"id": "", "name": "", "arguments": ""})
-                        slot["id"] = d.get("id") or slot["id"]
-                        fn = d.get("function") or {}
-                        slot["name"] += fn.get("name") or ""
-                        args = fn.get("arguments")
-                        slot["arguments"] += args if isinstance(args, str) else (
-                            json.dumps(args) if args is not None else "")
-                    if choice.get("finish_reason"):
-                        finish = choice["finish_reason"]
-        except requests.exceptions.RequestException as exc:
-            raise RequestFailed(f"connection lost mid-reply ({_short(exc)})", True) from None
-        except ValueError as exc:
-            raise RequestFailed(f"bad stream chunk ({_short(exc)})", True) from None
+                        index = d.index if d.index is not None else len(calls)
+                        if index not in calls and len(calls) >= MAX_CALLS:
+                            raise MalformedReply(f"more than {MAX_CALLS} tool calls",
+                                                 excerpt(payload))
+                        call_id, name, args = _triple(d)
+                        slot = calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+                        slot["id"] = call_id or slot["id"]
+                        slot["name"] += name
+                        slot["arguments"] += args if isinstance(args, str) else json.dumps(args)
+                    if choice.finish_reason:
+                        finish = choice.finish_reason
         finally:
             response.close()
-        end = time.perf_counter()
+        end = time.monotonic()
         if finish is None:
             raise RequestFailed("stream ended without a finish_reason", True)
         first = first or end
-        tool_calls = reply_calls([{"id": c["id"], "function": {"name": c["name"],
-                                                          "arguments": c["arguments"]}}
-                             for _, c in sorted(calls.items())]) if calls else None
-        usage = usage or {}
-        reply = Reply("".join(text), tool_calls, _finish(finish, tool_calls),
-                       int(usage.get("prompt_tokens") or 0),
-                       int(usage.get("completion_tokens") or pieces),
-                       (first - start) * 1000, (end - first) * 1000)
-        return reply, bool(usage)
+        found = tool_calls([(c["id"], c["name"], c["arguments"])
+                            for _, c in sorted(calls.items())], "the streamed tool_calls")
+        usage = usage or Usage()
+        reply = Generation("".join(text), usage.prompt_tokens or 0,
+                           usage.completion_tokens or pieces, (first - start) * 1000,
+                           (end - first) * 1000, _finish(finish, found), tool_calls=found,
+                           model=model)
+        return reply, usage.prompt_tokens is not None or usage.completion_tokens is not None
 
     def clean(self, message: str) -> str:
         """message with the API key, if any, masked."""
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         return message.replace(key, "***") if key else message
+
+
+def _triple(call: WireCall) -> tuple[str, str, str | dict[str, Any]]:
+    """(id, name, arguments) of a checked wire call, absent parts empty."""
+    fn = call.function or Function()
+    return call.id or "", fn.name or "", fn.arguments if fn.arguments is not None else ""
+
+
+def _lines(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a body that arrives in pieces (server-sent events)."""
+    rest = b""
+    for piece in pieces:
+        *lines, rest = (rest + piece).split(b"\n")
+        yield from (line.rstrip(b"\r") for line in lines)
+    if rest:
+        yield rest
+
+
+def _read_timeout(response, seconds: float) -> None:
+    """Let the next read of `response` wait at most `seconds` (best effort: urllib3
+    keeps the socket on the response's connection)."""
+    sock = getattr(getattr(response.raw, "connection", None), "sock", None)
+    if sock is not None:
+        sock.settimeout(max(0.001, seconds))
+
+
+def urllib3_errors() -> type[Exception]:
+    """What urllib3 raises when a read fails or times out mid-body."""
+    from urllib3.exceptions import HTTPError
+
+    return HTTPError
 
 
 def _finish(reason: str | None, calls: list[ToolCall] | None) -> str:
@@ -280,19 +362,17 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def _snippet(response) -> str:
-    try:
-        text = response.text
-    except Exception:  # noqa: BLE001 - the body is only for the message
-        text = ""
+def _snippet(raw: bytes, reason: str | None) -> str:
+    """The message of an error body, on one line and short."""
+    text = raw[:100_000].decode("utf-8", "replace")
     try:
         data = json.loads(text)
         err = data.get("error", data) if isinstance(data, dict) else data
         text = err.get("message", json.dumps(err)) if isinstance(err, dict) else str(err)
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         pass
-    text = " ".join(text.split())
-    return text[:300] or response.reason or ""
+    text = " ".join(str(text).split())
+    return text[:300] or reason or ""
 
 
 def _reason(exc: BaseException) -> str:

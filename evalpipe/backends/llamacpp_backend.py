@@ -13,36 +13,50 @@ them too).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, ValidationError
+
 from evalpipe.backends.base import Backend, GenerationSettings
 from evalpipe.backends.models import gguf_path
 from evalpipe.backends.templates import ChatTemplate
+from evalpipe.backends.weights import file_digest
 from evalpipe.errors import ModelUnavailableError
 from evalpipe.records import Generation
+from evalpipe.schema import Section, input_error
 
-DEFAULT_N_CTX = 4096
+
+class LlamaCppOptions(Section):
+    """What a `backend: llamacpp` model entry sets besides its id: the one home of these
+    options and their defaults (the config's model entry is this section)."""
+
+    n_ctx: int = Field(4096, ge=1)  # context window, prompt and reply together
+    n_threads: int | None = Field(None, ge=1)  # None: llama.cpp's own choice
+    seed: int = 0
+    n_batch: int = Field(512, ge=1)
 
 
 class LlamaCppBackend(Backend):
-    """A GGUF model in process (llama-cpp-python); greedy, fixed seed, n_ctx 4096."""
+    """A GGUF model in process (llama-cpp-python); greedy, fixed seed."""
 
-    def __init__(self, model_id: str, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
-                 seed: int = 0, n_batch: int = 512):
+    def __init__(self, model_id: str, **options: Any):
+        """`options`: the fields of LlamaCppOptions."""
+        try:
+            o = LlamaCppOptions.model_validate(options)
+        except ValidationError as exc:
+            raise input_error(exc, LlamaCppOptions, prefix="models") from None
         try:
             from llama_cpp import Llama
         except ImportError:
             raise ModelUnavailableError(
                 "the llamacpp backend needs llama-cpp-python: pip install llama-cpp-python "
                 "(or run .ci/setup-llamacpp.sh)") from None
-        self.model_id, self.n_ctx, self.seed = model_id, int(n_ctx), int(seed)
-        self.n_batch = int(n_batch)
+        self.model_id, self.n_ctx, self.seed, self.n_batch = model_id, o.n_ctx, o.seed, o.n_batch
         self.path = gguf_path(model_id)
         self.llm = Llama(model_path=str(self.path), n_ctx=self.n_ctx, seed=self.seed,
-                         n_threads=n_threads, n_batch=self.n_batch, n_ubatch=self.n_batch,
+                         n_threads=o.n_threads, n_batch=self.n_batch, n_ubatch=self.n_batch,
                          logits_all=False, verbose=False)
         self.template = ChatTemplate.from_gguf(self.path)
         # Use the runtime's own token texts (they decide what the prompt tokenises to).
@@ -125,23 +139,5 @@ class LlamaCppBackend(Backend):
 
 
 def _file_digest(path: Path) -> str:
-    """sha256 of a model file, remembered in the cache by path, size and mtime."""
-    from evalpipe.paths import cache_dir
-
-    stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    marker = cache_dir("gguf-digests") / key.hexdigest()[:32]
-    try:
-        return marker.read_text().strip()
-    except OSError:
-        pass
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    value = digest.hexdigest()[:16]
-    try:
-        marker.write_text(value)
-    except OSError:
-        pass
-    return value
+    """16 hex of the GGUF's sha256, remembered between runs (backends/weights.py)."""
+    return file_digest(path)[:16]

@@ -14,10 +14,11 @@ import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalpipe.errors import ModelUnavailableError
+from evalpipe.errors import ModelUnavailableError, UnknownModelError
 from evalpipe.paths import cache_dir
 
 
@@ -44,6 +45,22 @@ ALIASES: dict[str, ModelAlias] = {
     ]
 }
 DEFAULT_MODEL = "smollm2-135m"
+
+
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """No progress bars from transformers while a model or tokenizer loads ("Loading
+    weights", the GGUF conversion's bars): evalpipe shows its own progress, and the
+    Python API shows none unless asked."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 def converted_dir(alias: str) -> Path:
@@ -91,8 +108,9 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs = {"gguf_file": gguf_path.name}
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
-    quantised = AutoModelForCausalLM.from_pretrained(gguf_path.parent, **kwargs)
+    with quiet_loading():
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
+        quantised = AutoModelForCausalLM.from_pretrained(gguf_path.parent, **kwargs)
     config = quantised.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the weights are dequantised now
@@ -120,7 +138,7 @@ def resolve_model(model_id: str) -> Path | str:
     path = Path(model_id).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
-            raise ModelUnavailableError(f"GGUF file not found: {path}")
+            raise UnknownModelError(f"GGUF file not found: {path}")
         import hashlib
 
         digest = hashlib.sha256(f"{path.resolve()}:{path.stat().st_mtime_ns}".encode()).hexdigest()
@@ -131,7 +149,7 @@ def resolve_model(model_id: str) -> Path | str:
     if path.is_dir():
         return path
     if path.exists() or model_id.startswith((".", "/")):
-        raise ModelUnavailableError(f"model path is not a folder or .gguf file: {model_id}")
+        raise UnknownModelError(f"model path is not a folder or .gguf file: {model_id}")
     return _hub_model(model_id)
 
 
@@ -149,7 +167,7 @@ def _hub_model(model_id: str) -> Path | str:
         return Path(snapshot_download(model_id, local_files_only=True))
     reason = hub_unreachable()
     if reason:
-        raise ModelUnavailableError(
+        raise UnknownModelError(
             f"model '{model_id}' is not a known alias, a local folder, a .gguf file or a Hub "
             f"model in the local cache, and {reason}; see `evalpipe models` for the aliases")
     return model_id

@@ -7,9 +7,9 @@ template; each recorded turn is found by its hash (Turn.request_hash).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from evalpipe import jsonl
 from evalpipe.backends.base import Backend, GenerationSettings
 from evalpipe.errors import InputError
 from evalpipe.identity import request_hash, request_key
@@ -24,17 +24,14 @@ class ReplayBackend(Backend):
         if not path.is_file():
             raise InputError("recording not found", file=str(path), field="models.recording",
                              expected="a samples.jsonl written by an earlier run")
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    sample = json.loads(line)
-                except json.JSONDecodeError:
-                    raise InputError("not valid JSON", file=str(path), line=number) from None
-                for turn in sample.get("turns", []):
-                    if turn.get("request_hash"):
-                        self.replies[turn["request_hash"]] = turn
+        for _, number, sample in jsonl.scan(path):  # a bad line is an InputError naming it
+            turns = sample.get("turns") if isinstance(sample, dict) else None
+            if not isinstance(turns, list):
+                raise InputError("not a sample record", file=str(path), line=number,
+                                 expected="a samples.jsonl written by an earlier run")
+            for turn in turns:
+                if isinstance(turn, dict) and turn.get("request_hash"):
+                    self.replies[turn["request_hash"]] = turn
 
     def describe(self):
         return {"model_id": self.model_id, "backend": "replay", "recorded": len(self.replies)}
@@ -51,7 +48,8 @@ class ReplayBackend(Backend):
             else:
                 out.append(Generation(turn["raw"], turn.get("prompt_tokens", 0),
                                       turn.get("completion_tokens", 0), turn.get("prefill_ms", 0.0),
-                                      turn.get("decode_ms", 0.0), turn.get("finish_reason", "stop")))
+                                      turn.get("decode_ms", 0.0), turn.get("finish_reason", "stop"),
+                                      error=turn.get("malformed")))
         if progress is not None:
             progress(len(prompts))
         return out

@@ -28,12 +28,14 @@ from evalpipe.backends.base import (
     cut_plain_turn,
 )
 from evalpipe.backends.local import allocator, batching, native
-from evalpipe.backends.local.cpu import resolve_dtype
-from evalpipe.backends.models import ALIASES, resolve_model
+from evalpipe.backends.local.cpu import AUTO, resolve_dtype
+from evalpipe.backends.local.cpu import DTYPES as DTYPE_NAMES
+from evalpipe.backends.models import ALIASES, quiet_loading, resolve_model
+from evalpipe.backends.weights import folder_digest
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.records import Generation
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 # Models without a chat template (base models) get this plain, documented one.
 # Base models such as Gemma need their BOS token: without it they emit garbage, and
@@ -91,7 +93,7 @@ class _FirstTokenClock:
 
 
 class TransformersBackend(Backend):
-    def __init__(self, model_id: str, dtype: str = "auto", device: str = "cpu", *,
+    def __init__(self, model_id: str, dtype: str = AUTO, device: str = "cpu", *,
                  generation: str = "auto", prefix_reuse: bool = True):
         """`generation`: "auto" (the batching loop where the model allows it, else
         `model.generate`), "loop" or "hf". `prefix_reuse`: prefill the prompts'
@@ -101,22 +103,26 @@ class TransformersBackend(Backend):
         threads = os.environ.get("EVALPIPE_TORCH_THREADS")
         if threads:  # on a shared or oversubscribed machine, 1 thread can be several times faster
             torch.set_num_threads(max(1, int(threads)))
-        if dtype != "auto" and dtype not in DTYPES:
+        if dtype != AUTO and dtype not in DTYPES:
             raise InputError(f"unknown dtype {dtype!r}", field="dtype",
-                             expected="auto | " + " | ".join(DTYPES))
+                             expected=" | ".join((AUTO, *DTYPES)))
         dtype, warning = resolve_dtype(dtype, device)
         if warning:  # explicit bfloat16 on a CPU that emulates it: say why it will be slow
             print(warning, file=sys.stderr)
         self.model_id, self.dtype, self.device = model_id, dtype, device
         self.path = resolve_model(model_id)
         try:
-            self.tokenizer, self.plain_template = load_tokenizer(self.path)
-            self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=DTYPES[dtype])
+            with quiet_loading():
+                self.tokenizer, self.plain_template = load_tokenizer(self.path)
+                self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=DTYPES[dtype])
         except OSError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelUnavailableError(
                 f"cannot load model '{model_id}' (not a known alias, a local folder or a .gguf "
                 f"file, and the model hub is not reachable): {first}") from None
+        # The weights' identity, in describe(): a folder changed in place is a new model.
+        self.weights = folder_digest(self.path) if isinstance(self.path, Path) \
+            and self.path.is_dir() else None
         self.model.to(device).eval()
         if device == "cpu":
             allocator.keep_freed_memory()
@@ -186,6 +192,7 @@ class TransformersBackend(Backend):
             ).hexdigest()[:16],
             "chat_template_hash": hashlib.sha256(
                 (self.tokenizer.chat_template or "").encode()).hexdigest()[:16],
+            "weights": self.weights,  # sha256 of the folder's files (backends/weights.py)
             "path": str(self.path) if isinstance(self.path, Path) else self.path,
             # How this machine multiplies (not part of the model's identity: see cache.py).
             "linear_kernel": self.batcher.packed.kernel if self.generation == "loop"
@@ -315,6 +322,9 @@ class _LoopSession(GenerationSession):
 
     def poll(self):
         while self.decoder.pending:
+            if self.should_stop():  # between decode steps: what is unfinished is dropped
+                self.decoder.cancel()
+                break
             done = self.decoder.step()
             if done:
                 return [(key, self.backend._generation(row)) for key, row in done]

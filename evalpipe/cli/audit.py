@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from evalpipe.cli.common import handle_errors
+from evalpipe.cli.common import echo, handle_errors
 
 
 @click.command()
@@ -19,12 +19,12 @@ def audit(run_dir, sample, seed):
     identical replies and verdicts per cell and write RUN_DIR/audit.json (shown by
     `evalpipe report`)."""
     from evalpipe.audit import audit_run
-    from evalpipe.report.render import audit_grid
-    from evalpipe.report.tables import markdown_table
+    from evalpipe._report.render import audit_grid
+    from evalpipe._report.tables import markdown_table
 
-    result = audit_run(run_dir, sample=sample, seed=seed, echo=click.echo)
+    result = audit_run(run_dir, sample=sample, seed=seed, echo=echo)
     header, rows = audit_grid({"audit": result})
-    click.echo(markdown_table(header, rows))
+    echo(markdown_table(header, rows))
     for note in result["skipped"]:
-        click.echo(f"note: {note}")
-    click.echo(f"wrote {run_dir}/audit.json")
+        echo(f"note: {note}")
+    echo(f"wrote {run_dir}/audit.json")

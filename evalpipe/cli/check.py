@@ -6,30 +6,46 @@ import sys
 
 import click
 
-from evalpipe.cli.common import handle_errors
+from evalpipe.cli.common import echo, handle_errors
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--corpus", default="datasets/site", show_default=True,
-              type=click.Path(file_okay=False), help="Corpus the gold passages point into.")
+@click.argument("paths", nargs=-1, type=click.Path(exists=True))
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
+              help="A run config: its custom tools count as known tools (gold plans may "
+                   "call them, and they are run to check the plans), and without PATHS its "
+                   "question files and corpus are checked.")
+@click.option("--corpus", type=click.Path(file_okay=False),
+              help="Corpus the gold passages point into [default: the config's corpus, "
+                   "else datasets/site].")
 @handle_errors
-def validate(paths, corpus):
+def validate(paths, config_path, corpus):
     """Check question files or folders: schema, ids, tools, plans, gold spans."""
     from evalpipe import api
-    from evalpipe.validate import gold_warnings_paths
+    from evalpipe._validate import gold_warnings_paths
+    from evalpipe.errors import InputError
 
-    errors = api.validate(paths, corpus=corpus)
+    custom_tools = []
+    if config_path:
+        config = api.load(config_path)
+        custom_tools = config.custom_tools
+        paths = paths or tuple(config.questions)
+        corpus = corpus or config.corpus
+    if not paths:
+        raise InputError("nothing to check", field="PATHS",
+                         expected="question files or folders, or --config with questions")
+    corpus = corpus or "datasets/site"
+    errors = api.validate(paths, corpus=corpus, custom_tools=custom_tools)
     for line in errors:
-        click.echo(line, err=True)
+        echo(line, err=True)
     if errors:
-        click.echo(f"{len(errors)} problem(s) found", err=True)
+        echo(f"{len(errors)} problem(s) found", err=True)
         sys.exit(2)
     # warnings do not fail: a chunk may state the answer of another question's fact
     warnings = gold_warnings_paths(list(paths), corpus_root=corpus)
     for line in warnings:
-        click.echo(f"warning: {line}", err=True)
-    click.echo("ok: no problems found" + (f"; {len(warnings)} gold-completeness warning(s)"
+        echo(f"warning: {line}", err=True)
+    echo("ok: no problems found" + (f"; {len(warnings)} gold-completeness warning(s)"
                                            if warnings else ""))
 
 
@@ -42,5 +58,5 @@ def models():
     for name, alias in ALIASES.items():
         state = "cached" if is_cached(name) else "not fetched yet"
         default = " (default)" if name == DEFAULT_MODEL else ""
-        click.echo(f"{name}{default}: {alias.description}; license {alias.license}")
-        click.echo(f"    from {', '.join(alias.wheels)}; {state}: {converted_dir(name)}")
+        echo(f"{name}{default}: {alias.description}; license {alias.license}")
+        echo(f"    from {', '.join(alias.wheels)}; {state}: {converted_dir(name)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from evalpipe.bfcl.convert import DEFAULT_CATEGORIES
-from evalpipe.cli.common import handle_errors
+from evalpipe.cli.common import echo, handle_errors
 
 
 @click.group(name="import")
@@ -31,5 +31,5 @@ def bfcl(categories, out, wheel):
     for category, counts in summary.items():
         skipped = f" ({counts['skipped']} skipped: more than one user message)" \
             if counts["skipped"] else ""
-        click.echo(f"{out}/{category}.jsonl: {counts['questions']} questions{skipped}")
-    click.echo(f"from bfcl-eval {VERSION}")
+        echo(f"{out}/{category}.jsonl: {counts['questions']} questions{skipped}")
+    echo(f"from bfcl-eval {VERSION}")

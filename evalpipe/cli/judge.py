@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from evalpipe.cli.common import handle_errors
+from evalpipe.cli.common import echo, handle_errors
 
 
 def _settings(judge_file: str | None, model: str | None, run_dir: str | None) -> dict:
@@ -66,15 +66,15 @@ def judge(run_dir, judge_file, model, use, agreement, labels, limit):
     grader = Judge(settings["model"], settings.get("max_new_tokens") or 64, cache)
     if run_dir is not None:
         counts = judge_run(run_dir, grader, use or settings.get("use") or "undecided",
-                           echo=click.echo)
+                           echo=echo)
         score_run(RunStore(run_dir))
-        click.echo(f"judged {counts['judged']} answers ({counts['consistent']} consistent in "
+        echo(f"judged {counts['judged']} answers ({counts['consistent']} consistent in "
                    f"both orders); wrote {run_dir}/judgements.jsonl and re-scored")
     if agreement:
         path = labels or settings.get("labels") or str(LABELS)
         rows = load_labels(path)[:limit] if limit else load_labels(path)
         measured = judge_agreement(grader, rows)
-        click.echo(agreement_line(measured))
+        echo(agreement_line(measured))
         if run_dir is not None:
             RunStore(run_dir).write_json("judge.json", {**measured, "labels_path": path})
-            click.echo(f"wrote {run_dir}/judge.json")
+            echo(f"wrote {run_dir}/judge.json")

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from evalpipe.cli.common import handle_errors
+from evalpipe.cli.common import echo, handle_errors
 
 
 @click.command("measure-formats")
@@ -20,22 +20,29 @@ from evalpipe.cli.common import handle_errors
               help="Generations per question.")
 @click.option("--dump", type=click.Path(dir_okay=False),
               help="Write the raw replies per format to this JSON file (for fixtures).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object of rates per format instead of sentences.")
 @handle_errors
-def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump):
+def measure_formats(model, formats, question_paths, max_new_tokens, turns, dump, as_json):
     """Run questions through each format (calculator + math tools) and print, per format,
     the share of tool-call attempts that parsed and validated, lenient and strict."""
     from evalpipe.backends import load_backend
-    from evalpipe.measure import DEFAULT_QUESTIONS, run_format, validity
+    from evalpipe.formats import get_format
+    from evalpipe.measure import DEFAULT_QUESTIONS, describe, run_format, validity
     from evalpipe.questions import load_questions
 
+    names = formats.split(",")
+    for name in names:
+        get_format(name)  # a misspelt format stops here, before the model loads
     questions = [q for path in (question_paths or DEFAULT_QUESTIONS)
                  for q in load_questions(path)]
     backend = load_backend({"id": model})
     replies = {}
-    for name in formats.split(","):
+    for name in names:
         samples = run_format(backend, name, questions, max_new_tokens=max_new_tokens,
                              max_turns=turns)
-        click.echo(f"{name} {json.dumps(validity(samples, name).rates())}")
+        v = validity(samples)
+        echo(f"{name} {json.dumps(v.rates())}" if as_json else describe(name, v))
         replies[name] = [t["raw"] for s in samples for t in s.turns]
     if dump:
         with open(dump, "w", encoding="utf-8") as f:

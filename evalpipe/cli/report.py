@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from evalpipe.cli.common import handle_errors, write_output
-from evalpipe.errors import RegressionFound
-from evalpipe.report import REPORT_FORMATS as FORMATS
+from evalpipe._report import REPORT_FORMATS as FORMATS
+from evalpipe.cli.common import echo, handle_errors, write_output
+from evalpipe.errors import NotCompared, RegressionFound
 
 
 @click.command()
@@ -35,7 +35,7 @@ def report(run_dir, fmt, out, plots_dir, standalone, max_samples, allow_partial)
 
     text = api.report(run_dir, fmt, plots_dir=plots_dir, standalone=standalone,
                       max_samples=max_samples, allow_partial=allow_partial,
-                      warn=lambda line: click.echo(line, err=True))
+                      warn=lambda line: echo(line, err=True))
     write_output(text, out)
 
 
@@ -43,11 +43,13 @@ def report(run_dir, fmt, out, plots_dir, standalone, max_samples, allow_partial)
 @click.argument("run_a", type=click.Path(exists=True, file_okay=False))
 @click.argument("run_b", type=click.Path(exists=True, file_okay=False))
 @click.option("--fail-on-regression", is_flag=True,
-              help="Exit 3 when a metric of a matched cell (or the pooled row) regresses.")
+              help="Exit 3 when a metric of a matched cell (or the pooled row) regresses; exit 4 "
+                   "when there is nothing to judge (no or too few pairs, grids that differ, a "
+                   "run mostly infra errors).")
 @click.option("--threshold", type=click.FloatRange(min=0.0, max=1.0), default=0.02,
               show_default=True,
               help="Smallest drop (as a fraction: 0.02 = 2 points) that counts as a regression; "
-                   "the paired 95%% interval must also lie entirely below zero.")
+                   "the paired 95% interval must also lie entirely below zero.")
 @click.option("--format", "fmt", type=click.Choice(("text", "md", "json")), default="text",
               show_default=True, help="text for a CI log, md for a PR comment, json.")
 @click.option("--strict", is_flag=True,
@@ -66,13 +68,14 @@ def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples,
     Pairs samples by cell fingerprint and question id. Per metric: the
     difference B - A with a paired bootstrap 95% interval, McNemar's exact test
     for binary metrics, the questions that flipped, and category moves.
-    Exit codes: 0 ok, 3 regression with --fail-on-regression, 2 bad input, an
-    unfinished run (without --allow-partial) or refused with --strict, 1 other.
+    Exit codes: 0 ok, 3 regression with --fail-on-regression, 4 not compared with
+    --fail-on-regression (nothing the gate could judge), 2 bad input, an unfinished run
+    (without --allow-partial) or refused with --strict, 1 other.
     """
     import json
 
     from evalpipe import api
-    from evalpipe.report.compare import render_markdown, render_text
+    from evalpipe._report.compare import render_markdown, render_text
 
     cmp = api.compare(run_a, run_b, threshold=threshold, strict=strict, resamples=resamples,
                       seed=seed, allow_partial=allow_partial)
@@ -83,6 +86,10 @@ def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples,
     else:
         text = render_text(cmp)
     write_output(text, out)
+    if fail_on_regression and cmp.not_compared:
+        more = len(cmp.not_compared) - 1
+        raise NotCompared(f"regression gate: not compared: {cmp.not_compared[0]}"
+                          + (f" (and {more} more reason{'s' if more > 1 else ''})" if more else ""))
     if fail_on_regression and cmp.regressions:
         raise RegressionFound(f"regression gate: {len(cmp.regressions)} metric(s) regressed")
 

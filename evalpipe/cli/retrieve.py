@@ -6,7 +6,7 @@ import json
 
 import click
 
-from evalpipe.cli.common import DEFAULT_CONFIG, handle_errors
+from evalpipe.cli.common import DEFAULT_CONFIG, echo, handle_errors
 
 
 @click.command()
@@ -25,19 +25,22 @@ def retrieve(config_path, methods, k, question_paths, as_json):
     from evalpipe.config import load_config
     from evalpipe.corpus import chunk_corpus, load_corpus
     from evalpipe.errors import InputError
-    from evalpipe.questions import load_questions, question_files
+    from evalpipe.questions import load_questions, question_sources
+    from evalpipe.retrieval import resolve_settings
     from evalpipe.retrieval.evaluate import evaluate_retrievers, format_table
 
     config = load_config(config_path)
     if not config.corpus:
         raise InputError("the config names no corpus", file=config.source, field="corpus")
-    paths = question_files(question_paths or config.questions)
+    paths = question_sources(question_paths or config.questions)
     questions = [q for p in paths for q in load_questions(p)]
     settings = [{"method": m} for m in methods] or [
-        {key: v for key, v in r.items() if key not in ("mode", "k")}
-        for r in config.retrieval if r["mode"] != "none"] or [{"method": "bm25"}]
+        {key: v for key, v in r.record().items() if key not in ("mode", "k")}
+        for r in config.retrieval if r.on] or [{"method": "bm25"}]
+    for s in settings:
+        resolve_settings(s)  # a misspelt --method stops here, before any index or model
     docs = load_corpus(config.corpus)
-    chunks = chunk_corpus(docs, config.chunking["size"], config.chunking["overlap"])
+    chunks = chunk_corpus(docs, config.chunking.size, config.chunking.overlap)
     rows = evaluate_retrievers(questions, chunks, settings, k=k or config.k)
-    click.echo(json.dumps(rows, indent=2) if as_json else format_table(rows))
+    echo(json.dumps(rows, indent=2) if as_json else format_table(rows))
 

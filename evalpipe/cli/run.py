@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from evalpipe.cli.common import DEFAULT_CONFIG, handle_errors
+from evalpipe.backends.local.cpu import AUTO, DTYPES
+from evalpipe.cli.common import DEFAULT_CONFIG, echo, handle_errors
 from evalpipe.errors import InputError
 
 
@@ -18,7 +19,7 @@ from evalpipe.errors import InputError
               type=click.Path(file_okay=False), help="Folder that receives the run directory.")
 @click.option("--models", help="Comma-separated model ids, replacing the config's models.")
 @click.option("--suites", help="Comma-separated suites to keep (arithmetic, plan, ...).")
-@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16"]),
+@click.option("--dtype", type=click.Choice([AUTO, *DTYPES]),
               help="Weights dtype for every local model (auto: float32; bfloat16 is fast only "
                    "on CPUs with native bfloat16, see docs/speed.md).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -27,7 +28,7 @@ from evalpipe.errors import InputError
               help="Continue a killed run in RUN_DIR with its own recorded config.")
 @click.option("--retry-infra", is_flag=True,
               help="With --resume: re-run the samples that failed for infrastructure reasons "
-                   "(backend down, timeout, tool sandbox), replacing them in place.")
+                   "(backend down, timeout), replacing them in place.")
 @click.option("--no-cache", is_flag=True, help="Generate every reply; do not use the cache.")
 @click.option("--dry-run", is_flag=True,
               help="Print the plan (cells, samples, cache hits, prompt tokens, estimated "
@@ -40,7 +41,7 @@ def run(config_path, limit, out_root, models, suites, dtype, sets, resume_dir, r
     Writes outputs/<run_id>/ with manifest.json, questions.jsonl, samples.jsonl,
     scores.json and table.md, and points outputs/latest at it once it finished. Replies
     are cached (~/.cache/evalpipe/generations.sqlite) so a re-run pays only for what
-    changed. Exit codes: 0 finished, 2 bad input, 130/143 interrupted (SIGINT/SIGTERM;
+    changed. Exit codes: 0 finished, 2 bad input, 129/130/143 interrupted (SIGHUP/SIGINT/SIGTERM;
     continue with --resume), 1 anything else.
     """
     from evalpipe import api
@@ -56,14 +57,15 @@ def run(config_path, limit, out_root, models, suites, dtype, sets, resume_dir, r
                              suites=split(suites), dtype=dtype, sets=sets), out_root, no_cache)
         return
     result = api.run(None if resume_dir else config_path, out=out_root, resume=resume_dir,
-                     use_cache=not no_cache, retry_infra=retry_infra, echo=click.echo,
+                     use_cache=not no_cache, retry_infra=retry_infra, echo=echo,
+                     progress=True,
                      limit=limit,
                      models=split(models), suites=split(suites), dtype=dtype, sets=sets)
     if result.helper_rank:  # rank 0 merges, scores and prints the table
         return
-    click.echo("")
-    click.echo(result.table)
-    click.echo(f"results: {result.run_dir}")
+    echo("")
+    echo(result.table)
+    echo(f"results: {result.run_dir}")
 
 
 @click.command()
@@ -75,7 +77,7 @@ def score(run_dir, k):
     from evalpipe import api
 
     api.score(run_dir, k=k)
-    click.echo((Path(run_dir) / "table.md").read_text(encoding="utf-8"))
+    echo((Path(run_dir) / "table.md").read_text(encoding="utf-8"))
 
 
 def _print_plan(config, out_root: str, no_cache: bool) -> None:
@@ -84,7 +86,7 @@ def _print_plan(config, out_root: str, no_cache: bool) -> None:
 
     cache = None if no_cache else GenerationCache()
     try:
-        click.echo(render_plan(make_plan(config, out_root=Path(out_root), cache=cache)), nl=False)
+        echo(render_plan(make_plan(config, out_root=Path(out_root), cache=cache)), nl=False)
     finally:
         if cache is not None:
             cache.close()
@@ -99,7 +101,7 @@ def _print_plan(config, out_root: str, no_cache: bool) -> None:
               help="Folder of earlier runs (the wall-time estimate comes from them).")
 @click.option("--models", help="Comma-separated model ids, replacing the config's models.")
 @click.option("--suites", help="Comma-separated suites to keep (arithmetic, plan, ...).")
-@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16"]),
+@click.option("--dtype", type=click.Choice([AUTO, *DTYPES]),
               help="Weights dtype for every local model.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override a config key, e.g. --set limit=2 (repeatable).")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from evalpipe.cli.common import handle_errors
+from evalpipe.cli.common import echo, handle_errors
 
 
 @click.command()
@@ -14,7 +14,7 @@ from evalpipe.cli.common import handle_errors
 @handle_errors
 def show(run_dir, question_id, cell):
     """Print each turn's exact prompt and raw reply for QUESTION_ID in RUN_DIR."""
-    from evalpipe.report.show import find_samples, render_sample
+    from evalpipe._report.show import find_samples, render_sample
 
     samples, texts = find_samples(run_dir, question_id, cell)
-    click.echo("\n".join(render_sample(s, texts) for s in samples), nl=False)
+    echo("\n".join(render_sample(s, texts) for s in samples), nl=False)

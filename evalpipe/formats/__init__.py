@@ -10,6 +10,7 @@ from evalpipe.formats.hermes import HermesFormat, NativeFormat
 from evalpipe.formats.json_format import JsonFormat
 from evalpipe.formats.openai import OpenAIFormat
 from evalpipe.formats.xml import XmlFormat
+from evalpipe.schema import closest
 
 FORMATS: dict[str, type[Format]] = {
     "native": NativeFormat,
@@ -26,9 +27,9 @@ def get_format(name: str, tools: list[dict] | None = None) -> Format:
     try:
         cls = FORMATS[name]
     except KeyError:
-        raise InputError(f"unknown format {name!r}", field="formats",
+        raise InputError(f"unknown format {name!r}{closest(name, FORMATS)}", field="formats",
                          expected=" | ".join(FORMATS)) from None
-    return cls(tools=tools) if cls is XmlFormat else cls()
+    return cls(tools=tools)
 
 
 __all__ = ["ERROR_KINDS", "FORMATS", "Format", "HermesFormat", "JsonFormat", "NativeFormat",

@@ -9,7 +9,6 @@ every problem becomes a ParseError whose kind is one of ERROR_KINDS.
 
 from __future__ import annotations
 
-import functools
 import re
 from abc import ABC, abstractmethod
 from typing import Any
@@ -96,26 +95,67 @@ def start_result(text: str) -> tuple[ParseResult, str | None]:
 
 
 class Format(ABC):
+    """A tool-call protocol: how tools and results are written into the conversation
+    (`prepare`) and how calls are read back from a reply (`parse`, around the format's
+    own `_parse`)."""
+
     name: str = ""
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if "parse" in cls.__dict__:
-            cls.parse = _guarded(cls.__dict__["parse"])
+    def __init__(self, tools: list[dict[str, Any]] | None = None):
+        """`tools`: the cell's tool schemas, for a format that reads argument types from
+        them before any `prepare` call (xml); the others need none."""
+
+    def parse(self, text: str, *, lenient: bool = True, cut_off: bool = False) -> ParseResult:
+        """Tool calls and typed errors read from one reply. Never raises: a bug in the
+        format's parser becomes a parser_bug error on the reply, and a flood of attempts
+        is cut to MAX_ATTEMPTS.
+
+        `cut_off=True`: the generation stopped at max_new_tokens, so a call still open
+        at the end is a truncated_call error and is never repaired into a call that
+        runs."""
+        try:
+            result = self._parse(text, lenient=lenient)
+            if cut_off and result.calls:
+                result = self._without_cut_call(text, lenient, result)
+        except Exception as exc:  # noqa: BLE001 - reported, never raised
+            result = ParseResult(content="")
+            result.errors.append(error("parser_bug", f"{type(exc).__name__}: {exc}",
+                                       text if isinstance(text, str) else ""))
+            return result
+        if len(result.calls) > MAX_ATTEMPTS or len(result.errors) > MAX_ATTEMPTS:
+            extra = len(result.calls) + len(result.errors)
+            result.calls = result.calls[:MAX_ATTEMPTS]
+            result.errors = result.errors[:MAX_ATTEMPTS - 1] + [error(
+                "too_long", f"{extra} call attempts in one reply; the first {MAX_ATTEMPTS} "
+                "calls are kept")]
+        return result
+
+    @abstractmethod
+    def _parse(self, text: str, *, lenient: bool = True) -> ParseResult:
+        """The format's own reader of one reply (`parse` guards it)."""
+
+    def _without_cut_call(self, text: str, lenient: bool, result: ParseResult) -> ParseResult:
+        """A reply cut off by the token limit: if its last call attempt is unfinished (the
+        strict parser does not accept it alone), that call is a truncated_call error, not
+        a call the lenient parser completes and runs (multiply(3313, 25) from "...258")."""
+        start = last_call_start(text)
+        if start is None:
+            return result
+        tail = self._parse(text[start:], lenient=False)
+        if tail.calls and not tail.errors:
+            return result  # the last call was finished before the limit
+        head = self._parse(text[:start], lenient=lenient)
+        if len(head.calls) >= len(result.calls):
+            return result  # the cut-off tail held no call the lenient parser read
+        head.errors.append(error("truncated_call", "the reply reached the token limit inside "
+                                 "this call; it is not run", text[start:]))
+        return head
 
     @abstractmethod
     def prepare(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                 template_supports_tools: bool) -> tuple[list[dict[str, Any]], list[dict] | None]:
         """Wire messages for the backend, and the tools to hand the chat template
         (None when the protocol is written into the prompt instead)."""
-
-    @abstractmethod
-    def parse(self, text: str, *, lenient: bool = True) -> ParseResult:
-        """Tool calls and typed errors read from one reply. Never raises.
-
-        Every format also takes `cut_off=True` (added by the guard below): the
-        generation stopped at max_new_tokens, so a call still open at the end is a
-        truncated_call error and is never repaired into a call that runs."""
 
     def render_call(self, call: ToolCall) -> str:
         """One call written the way the protocol asks the model to write it."""
@@ -129,6 +169,7 @@ class Format(ABC):
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 # A block ends at its closing tag, at the next opening tag, or at the end of the reply.
 TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|(?=<tool_call>)|$)", re.DOTALL)
+TOOL_CALL_TAG = re.compile(r"</?tool_call>")  # a stray tag, cut from content with the calls
 
 
 def tool_call_blocks(reply: str, result: ParseResult, lenient: bool):
@@ -159,34 +200,6 @@ class PromptProtocolFormat(Format):
         return (merge_system(wire, self.protocol(tools)) if tools else wire), None
 
 
-def _guarded(parse):
-    """A parser bug must not stop a run: it becomes a parser_bug error on the reply."""
-    if getattr(parse, "_guarded", False):
-        return parse
-
-    @functools.wraps(parse)
-    def guarded(self, text, *, lenient: bool = True, cut_off: bool = False):
-        try:
-            result = parse(self, text, lenient=lenient)
-            if cut_off and result.calls:
-                result = _without_cut_call(self, parse, text, lenient, result)
-        except Exception as exc:  # noqa: BLE001 - reported, never raised
-            result = ParseResult(content="")
-            result.errors.append(error("parser_bug", f"{type(exc).__name__}: {exc}",
-                                       text if isinstance(text, str) else ""))
-            return result
-        if len(result.calls) > MAX_ATTEMPTS or len(result.errors) > MAX_ATTEMPTS:
-            extra = len(result.calls) + len(result.errors)
-            result.calls = result.calls[:MAX_ATTEMPTS]
-            result.errors = result.errors[:MAX_ATTEMPTS - 1] + [error(
-                "too_long", f"{extra} call attempts in one reply; the first {MAX_ATTEMPTS} "
-                "calls are kept")]
-        return result
-
-    guarded._guarded = True
-    return guarded
-
-
 # Where a call attempt starts, in every format: a <tool_call> tag, an xml <function=...>,
 # or a JSON object (or list of objects) whose first key names the tool.
 CALL_START = re.compile(r"<tool_call>|<function\s*=|\[?\s*\{\s*[\"']?(?:name|tool|function)"
@@ -206,25 +219,6 @@ def last_call_start(text: str) -> int | None:
         start = wrapper.start()
         wrapper = _WRAPPER_END.search(text, 0, start)
     return start
-
-
-def _without_cut_call(fmt: Format, parse, text: str, lenient: bool,
-                      result: ParseResult) -> ParseResult:
-    """A reply cut off by the token limit: if its last call attempt is unfinished (the
-    strict parser does not accept it alone), that call is a truncated_call error, not
-    a call the lenient parser completes and runs (multiply(3313, 25) from "...258")."""
-    start = last_call_start(text)
-    if start is None:
-        return result
-    tail = parse(fmt, text[start:], lenient=False)
-    if tail.calls and not tail.errors:
-        return result  # the last call was finished before the limit
-    head = parse(fmt, text[:start], lenient=lenient)
-    if len(head.calls) >= len(result.calls):
-        return result  # the cut-off tail held no call the lenient parser read
-    head.errors.append(error("truncated_call", "the reply reached the token limit inside "
-                             "this call; it is not run", text[start:]))
-    return head
 
 
 def merge_system(messages: list[dict[str, Any]], extra: str) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from evalpipe.formats.base import arguments_from, error
+from evalpipe.formats.base import TOOL_CALL_TAG, arguments_from, error
 from evalpipe.formats.repair import Span, json_spans, loads_value
 from evalpipe.records import ParseError, ToolCall
 
@@ -22,7 +22,6 @@ ARG_KEYS = ("arguments", "parameters", "args", "params", "input")
 _NAME_KEY = re.compile(r"""["']?(?:name|tool|function|tool_name|function_name)["']?\s*:""")
 _ARG_KEY = re.compile(r"""["']?(?:arguments|parameters|args|params|input)["']?\s*:""")
 _EMPTY_FENCE = re.compile(r"```[A-Za-z]*\s*```")
-_STRAY_TAG = re.compile(r"</?tool_call>")
 
 
 def looks_like_call(text: str) -> bool:
@@ -134,5 +133,5 @@ def remove_spans(text: str, spans: list[Span]) -> str:
 def tidy(text: str) -> str:
     """Content once calls are cut out: no stray <tool_call> tags, no empty code
     fences, no blank runs."""
-    text = _EMPTY_FENCE.sub("", _STRAY_TAG.sub("", text))
+    text = _EMPTY_FENCE.sub("", TOOL_CALL_TAG.sub("", text))
     return re.sub(r"\n{3,}", "\n\n", text).strip()

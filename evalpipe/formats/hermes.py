@@ -13,7 +13,6 @@ calls or text around the object inside one tag, and a bare
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from evalpipe.formats.base import (
@@ -31,7 +30,6 @@ from evalpipe.formats.repair import json_spans
 from evalpipe.records import ParseResult, ToolCall
 
 OPEN, CLOSE, BLOCK = TOOL_CALL_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_BLOCK
-STRAY_TAG = re.compile(r"</?tool_call>")
 
 PROTOCOL = """# Tools
 
@@ -67,7 +65,7 @@ class HermesFormat(PromptProtocolFormat):
         body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
         return f"{OPEN}\n{body}\n{CLOSE}"
 
-    def parse(self, text: str, *, lenient: bool = True) -> ParseResult:
+    def _parse(self, text: str, *, lenient: bool = True) -> ParseResult:
         result, reply = start_result(text)
         if reply is None:
             return result
@@ -86,7 +84,7 @@ class HermesFormat(PromptProtocolFormat):
             content = BLOCK.sub("", reply)
         else:
             content = self._untagged(reply, result, lenient)
-        result.content = tidy(STRAY_TAG.sub("", content))
+        result.content = tidy(content)  # stray <tool_call> tags go too
         for i, call in enumerate(result.calls):
             call.id = f"call_{i}"
         return result

@@ -71,7 +71,7 @@ class JsonFormat(PromptProtocolFormat):
         return json.dumps([{"tool": c.name, "parameters": c.arguments} for c in calls],
                           ensure_ascii=False)
 
-    def parse(self, text: str, *, lenient: bool = True) -> ParseResult:
+    def _parse(self, text: str, *, lenient: bool = True) -> ParseResult:
         result, reply = start_result(text)
         if reply is None:
             return result

@@ -25,18 +25,6 @@ MESSAGE_KEYS = {"system": ("role", "content"), "user": ("role", "content"),
                 "tool": ("role", "content", "tool_call_id")}
 
 
-def reply_calls(raw: list[dict[str, Any]] | None) -> list[ToolCall] | None:
-    """The tool_calls of a reply as ToolCalls (arguments decoded, ids filled in)."""
-    if not raw:
-        return None
-    calls = []
-    for i, call in enumerate(raw):
-        fn = call.get("function") or {}
-        calls.append(ToolCall(fn.get("name") or "", decode_arguments(fn.get("arguments")),
-                              id=call.get("id") or f"call_{i}"))
-    return calls
-
-
 def _arguments_json(arguments: Any) -> str:
     if isinstance(arguments, str):
         return arguments
@@ -104,7 +92,7 @@ class OpenAIFormat(Format):
     def render_calls(self, calls: list[ToolCall]) -> str:
         return "[" + ", ".join(self.render_call(c) for c in calls) + "]"
 
-    def parse(self, text: str, *, lenient: bool = True) -> ParseResult:
+    def _parse(self, text: str, *, lenient: bool = True) -> ParseResult:
         result, reply = start_result(text)
         if reply is not None:
             result.content = reply

@@ -53,8 +53,8 @@ OPEN, CLOSE, BLOCK = TOOL_CALL_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_BLOCK
 FUNCTION = re.compile(r"<function\s*=\s*([^>\n]*)>(.*?)(</function>|(?=<function\s*=)|$)", re.DOTALL)
 PARAMETER = re.compile(
     r"<parameter\s*=\s*([^>\n]*)>(.*?)(</parameter>|(?=<parameter\s*=)|(?=</function>)|$)", re.DOTALL)
-STRAY_TAG = re.compile(r"</?tool_call>|<function\s*=[^>\n]*>|</function>|</parameter>"
-                       r"|<parameter\s*=[^>\n]*>")
+# stray <tool_call> tags are cut by calls.tidy; these are xml's own
+STRAY_TAG = re.compile(r"<function\s*=[^>\n]*>|</function>|</parameter>|<parameter\s*=[^>\n]*>")
 _INT = re.compile(r"-?\d+")  # "10.0" is no integer: the same rule as the tool's schema check
 # Function and parameter names are identifiers (dots and dashes allowed: "math.sqrt");
 # anything else, such as tag debris ("null.5</function"), is a malformed call.
@@ -137,6 +137,7 @@ class XmlFormat(PromptProtocolFormat):
     name = "xml"
 
     def __init__(self, tools: list[dict[str, Any]] | None = None):
+        super().__init__(tools)
         self._props = _properties(tools)
 
     def prepare(self, messages, tools, template_supports_tools):
@@ -157,7 +158,7 @@ class XmlFormat(PromptProtocolFormat):
         lines += ["</function>", CLOSE]
         return "\n".join(lines)
 
-    def parse(self, text: str, *, lenient: bool = True) -> ParseResult:
+    def _parse(self, text: str, *, lenient: bool = True) -> ParseResult:
         result, reply = start_result(text)
         if reply is None:
             return result

@@ -3,28 +3,24 @@
     retriever = build_retriever({"method": "bm25"}, chunks)
     hits = retriever.search("máy chủ ở đâu?", k=3)   # best first, rank from 1
 
-Settings (all optional; unknown keys such as chunk_size or k are ignored, so a
-config's whole retrieval section can be passed):
-    method: bm25 (default) | dense | hybrid (reciprocal rank fusion) | hybrid_weighted
-    bm25: {variant: lucene (default) | robertson, k1: 1.5, b: 0.75}
-    bigrams: true        syllable bigrams in the sparse tokenizer
-    tone_norm: true      "hòa" == "hoà" in the sparse tokenizer
-    fold_accents: false  drop every accent ("hoà" == "hoa") for queries typed without them
-    rrf_k: 60            RRF constant for hybrid
-    weight: 0.5          dense weight in hybrid_weighted (min-max normalised scores)
-    model: minilm        dense model (only the offline all-MiniLM-L6-v2 for now)
-    depth: 50            candidates each side contributes to a fusion
-Ties in every method break by score, then chunk id.
+Settings are `RetrieverSettings` below, the one home of their defaults and ranges
+(docs/retrieval.md says what each does); all are optional, and unknown keys such as
+chunk_size or k are ignored, so a config's whole retrieval section can be passed.
+method: bm25 | dense | hybrid (reciprocal rank fusion) | hybrid_weighted (min-max
+normalised scores, `weight` on the dense side). Ties in every method break by
+score, then chunk id.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Annotated, Any, Protocol, runtime_checkable
+
+from pydantic import ConfigDict, Field, ValidationError
 
 from evalpipe.corpus import Chunk
-from evalpipe.errors import InputError
 from evalpipe.records import RetrievedChunk
+from evalpipe.schema import Section, input_error, one_of
 
 METHODS = ("bm25", "dense", "hybrid", "hybrid_weighted")
 
@@ -50,55 +46,57 @@ class Retriever(Protocol):
         ...
 
 
-def _number(section: dict, key: str, default: float, field: str, lo: float = 0.0,
-            hi: float | None = None) -> float:
-    value = section.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < lo or (
-            hi is not None and value > hi):
-        bound = f"a number >= {lo}" + (f" and <= {hi}" if hi is not None else "")
-        raise InputError(f"got {value!r}", field=field, expected=bound)
-    return float(value)
-
-
-def _flag(settings: dict, key: str, default: bool) -> bool:
-    value = settings.get(key, default)
-    if not isinstance(value, bool):
-        raise InputError(f"got {value!r}", field=f"retrieval.{key}", expected="true or false")
-    return value
-
-
-def resolve_settings(settings: dict[str, Any] | None) -> dict[str, Any]:
-    """Settings with defaults filled in and checked; the retriever's identity."""
-    settings = dict(settings or {})
-    method = settings.get("method", "bm25")
-    if method not in METHODS:
-        raise InputError(f"unknown method {method!r}", field="retrieval.method",
-                         expected=" | ".join(METHODS))
-    bm25 = settings.get("bm25") or {}
-    if not isinstance(bm25, dict):
-        raise InputError(f"got {bm25!r}", field="retrieval.bm25",
-                         expected="a mapping {variant, k1, b}")
+# Registries of the modules that implement them, read when a value is checked (so that
+# reading a config does not load numpy).
+def _bm25_variants() -> tuple[str, ...]:
     from evalpipe.retrieval.bm25 import VARIANTS
 
-    variant = bm25.get("variant", "lucene")
-    if variant not in VARIANTS:
-        raise InputError(f"unknown variant {variant!r}", field="retrieval.bm25.variant",
-                         expected=" | ".join(VARIANTS))
-    return {
-        "method": method,
-        "bm25": {"variant": variant, "k1": _number(bm25, "k1", 1.5, "retrieval.bm25.k1"),
-                 "b": _number(bm25, "b", 0.75, "retrieval.bm25.b", hi=1.0)},
-        "bigrams": _flag(settings, "bigrams", True),
-        "tone_norm": _flag(settings, "tone_norm", True),
-        "fold_accents": _flag(settings, "fold_accents", False),
-        "rrf_k": _number(settings, "rrf_k", 60, "retrieval.rrf_k"),
-        "weight": _number(settings, "weight", 0.5, "retrieval.weight", hi=1.0),
-        "model": settings.get("model", "minilm"),
-        "depth": int(_number(settings, "depth", 50, "retrieval.depth", lo=1)),
-    }
+    return VARIANTS
 
 
-def build_retriever(settings: dict[str, Any] | None, chunks: list[Chunk]) -> Retriever:
+def _dense_models() -> list[str]:
+    from evalpipe.retrieval.dense import MODELS
+
+    return list(MODELS)
+
+
+class BM25Settings(Section):
+    variant: Annotated[str, one_of(_bm25_variants, "BM25 variant")] = "lucene"
+    k1: float = Field(1.5, ge=0)
+    b: float = Field(0.75, ge=0, le=1)
+
+
+class RetrieverSettings(Section):
+    """What builds a retriever: the one home of these settings' defaults and ranges
+    (the config's retrieval sections add mode, k and a name to them)."""
+
+    method: Annotated[str, one_of(METHODS, "retrieval method")] = "bm25"
+    bm25: BM25Settings = BM25Settings()
+    bigrams: bool = True
+    tone_norm: bool = True
+    fold_accents: bool = False
+    rrf_k: float = Field(60.0, ge=0)
+    weight: float = Field(0.5, ge=0, le=1)  # the dense side's, in hybrid_weighted
+    model: Annotated[str, one_of(_dense_models, "dense model")] = "minilm"
+    depth: int = Field(50, ge=1)
+
+
+class _LooseSettings(RetrieverSettings):
+    model_config = ConfigDict(extra="ignore")  # a config's whole retrieval section may come
+
+
+def resolve_settings(settings: dict[str, Any] | RetrieverSettings | None) -> dict[str, Any]:
+    """Settings with defaults filled in and checked; the retriever's identity."""
+    if not isinstance(settings, RetrieverSettings):
+        try:
+            settings = _LooseSettings.model_validate(settings or {})
+        except ValidationError as exc:
+            raise input_error(exc, _LooseSettings, prefix="retrieval") from None
+    return settings.model_dump(include=set(RetrieverSettings.model_fields))
+
+
+def build_retriever(settings: dict[str, Any] | RetrieverSettings | None,
+                    chunks: list[Chunk]) -> Retriever:
     """A retriever over chunks for the given settings (see module docstring)."""
     s = resolve_settings(settings)
     method = s["method"]
@@ -120,4 +118,5 @@ def build_retriever(settings: dict[str, Any] | None, chunks: list[Chunk]) -> Ret
     return HybridRetriever(sparse, dense, fusion="weighted", weight=s["weight"], depth=s["depth"])
 
 
-__all__ = ["METHODS", "Hit", "Retriever", "build_retriever", "resolve_settings"]
+__all__ = ["METHODS", "BM25Settings", "Hit", "Retriever", "RetrieverSettings", "build_retriever",
+           "resolve_settings"]

@@ -73,18 +73,13 @@ def model_dir(model: str = "minilm") -> Path:
 def load_encoder(model: str) -> tuple[Any, Any]:
     """(tokenizer, model) in eval mode; one copy per process."""
     from transformers import AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+
+    from evalpipe.backends.models import quiet_loading
 
     path = model_dir(model)
-    bar = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # a weight-loading bar per process is noise in CLI output
-    try:
-        with _offline():
-            tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-            net = AutoModel.from_pretrained(str(path), local_files_only=True)
-    finally:
-        if bar:
-            hf_logging.enable_progress_bar()
+    with _offline(), quiet_loading():  # a weight-loading bar per process is noise
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        net = AutoModel.from_pretrained(str(path), local_files_only=True)
     net.eval()
     return tok, net
 

@@ -22,7 +22,8 @@ PROPORTIONS = ("exact", "exact_strict", "exact_lenient", "format_valid", "format
                "plan_exact", "no_unneeded_call")
 RATE_NAMES = PROPORTIONS + ("call_valid", "recall@k", "hit@k", "mrr", "ndcg")
 COST_FIELDS = ("prompt_tokens", "prefix_tokens", "completion_tokens", "turns",
-               "prefill_compute_ms", "ttft_ms", "wall_ms", "prefill_ms", "decode_ms")
+               "prefill_compute_ms", "ttft_ms", "wall_ms", "prefill_ms", "decode_ms",
+               "cached_turns")
 _RETRIEVAL = ("recall", "hit", "mrr", "ndcg")
 
 
@@ -103,6 +104,8 @@ def _group_row(keys: Sequence[str], key: tuple, idx: np.ndarray, cols: _Columns,
         cost[name] = summary(values[~np.isnan(values)])
     cost["total_prompt_tokens"] = int(np.nansum(cols.cost["prompt_tokens"][idx]))
     cost["total_completion_tokens"] = int(np.nansum(cols.cost["completion_tokens"][idx]))
+    # samples with a reply from the generation cache: no times (scoring/cost.py)
+    cost["cached_samples"] = int((cols.cost["cached_turns"][counted] > 0).sum())
     out["cost"] = cost
     return out
 

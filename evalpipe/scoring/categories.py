@@ -1,30 +1,34 @@
 """Failure categories: one primary category per sample, the first that applies.
 
-The ladder (DESIGN.md, "Failure categories"):
+The ladder (docs/scoring.md, "Failure categories"):
 
  1. infra_error          the backend or the harness failed (stop_reason infra_error,
                          a sample error, or a generation that finished with "error")
- 2. tool_failure         a tool failed (raised, timed out, bad result) before any
+ 2. malformed_reply      the server's reply did not fit the wire shape (an integer
+                         content, a name that is an object, a lone surrogate, nesting
+                         deeper than the limit...): a failure of the endpoint under
+                         test, counted in the rates (backends/openai_reply.py)
+ 3. tool_failure         a tool failed (raised, timed out, bad result) before any
                          mistake of the model was visible: the failed call and every
                          call before it are asked for by the gold plan, and no reply up
                          to it was malformed or invalid (plan.tool_failed); kept out of
                          every rate like infra_error. Otherwise the model's mistake
                          decides the rung, as if the tool had not failed.
- 3. correct              exact match; for abstain questions: the model abstained
- 4. malformed_call       a tool-call attempt did not parse (after the lenient parse)
- 5. unknown_tool         a call named a tool that was not offered
- 6. invalid_arguments    a call's arguments failed the tool's schema
- 7. turn_limit           max_turns reached without a final answer
- 8. no_tool_call         the gold plan needs tools that were offered, none was called
- 9. unneeded_tool_call   the gold plan is empty, tools were called, answer wrong
-10. wrong_plan           every call well-formed, the calls do not match the gold plan;
+ 4. correct              exact match; for abstain questions: the model abstained
+ 5. malformed_call       a tool-call attempt did not parse (after the lenient parse)
+ 6. unknown_tool         a call named a tool that was not offered
+ 7. invalid_arguments    a call's arguments failed the tool's schema
+ 8. turn_limit           max_turns reached without a final answer
+ 9. no_tool_call         the gold plan needs tools that were offered, none was called
+10. unneeded_tool_call   the gold plan is empty, tools were called, answer wrong
+11. wrong_plan           every call well-formed, the calls do not match the gold plan;
                          subtype: wrong_tool, wrong_arguments, missing_step, extra_step,
                          order_violation
-11. misreported_result   the (non-empty) gold plan matched, the final answer does not
-12. retrieval_miss       RAG question, no gold passage among the chunks shown
-13. misread_context      RAG question, a gold passage was shown, answer wrong
-14. hallucinated_answer  gold is abstain, the model answered anyway
-15. wrong_answer         anything else
+12. misreported_result   the (non-empty) gold plan matched, the final answer does not
+13. retrieval_miss       RAG question, no gold passage among the chunks shown
+14. misread_context      RAG question, a gold passage was shown, answer wrong
+15. hallucinated_answer  gold is abstain, the model answered anyway
+16. wrong_answer         anything else
 
 A "RAG question" has gold passages and ran in a cell with retrieval (prepend or
 tool) or was shown chunks. The same question in a closed-book cell
@@ -34,15 +38,15 @@ Agentic RAG: a corpus question (gold passages, or an abstain question with no
 plan) asked in a cell whose retrieval mode is "tool" and that offers
 search_site has an implied plan: search (any non-empty query) before
 answering. No call at all is no_tool_call; after a search, a wrong answer
-goes to rungs 12-14 (a gold passage shown or not; an abstain question
+goes to rungs 13-15 (a gold passage shown or not; an abstain question
 answered anyway).
 
 For a RAG question whose plan matched (it searched as the gold plan says), a
-wrong answer goes on to rungs 12/13 instead of misreported_result: a search
+wrong answer goes on to rungs 13/14 instead of misreported_result: a search
 returns passages, not a value to report, so whether a gold passage came back
 is the informative split.
 
-The plan rungs (8, 10, 11) apply only when the gold plan is known and every
+The plan rungs (9, 11, 12) apply only when the gold plan is known and every
 tool it uses was offered in the cell: a calculator question asked in a cell
 with no tools is not "no_tool_call".
 """
@@ -52,9 +56,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 CATEGORIES = (
-    "infra_error", "tool_failure", "correct", "malformed_call", "unknown_tool", "invalid_arguments",
-    "turn_limit", "no_tool_call", "unneeded_tool_call", "wrong_plan", "misreported_result",
-    "retrieval_miss", "misread_context", "hallucinated_answer", "wrong_answer",
+    "infra_error", "malformed_reply", "tool_failure", "correct", "malformed_call", "unknown_tool",
+    "invalid_arguments", "turn_limit", "no_tool_call", "unneeded_tool_call", "wrong_plan",
+    "misreported_result", "retrieval_miss", "misread_context", "hallucinated_answer", "wrong_answer",
 )
 SCORER_ERROR = "scorer_error"  # not a rung: the scorer failed on the sample (scoring/run.py)
 # How reports list categories: correct first, then what is not the model's fault,
@@ -73,6 +77,7 @@ class Facts:
     """What the ladder needs to know about one sample (recorded in the scored sample)."""
 
     infra: bool
+    malformed_reply: bool  # stop reason malformed_reply: the endpoint's reply did not fit
     correct: bool
     malformed: bool
     unknown_tool: bool
@@ -109,6 +114,8 @@ def decide(f: Facts) -> Verdict:
     """The first rule of the ladder that applies, and why."""
     if f.infra:
         return _verdict("infra_error", "the backend or the harness failed")
+    if f.malformed_reply:
+        return _verdict("malformed_reply", "the server's reply did not fit the wire shape")
     if f.tool_failure:
         return _verdict("tool_failure", "a tool failed on a call the model rightly made, "
                         "before any mistake of the model")

@@ -17,23 +17,32 @@ from typing import Any
 
 from evalpipe.scoring.stats import summary
 
+TIME_FIELDS = ("prefill_compute_ms", "prefill_ms", "ttft_ms", "decode_ms", "wall_ms")
+
 
 def sample_cost(sample: dict[str, Any]) -> dict[str, Any]:
-    """The `cost` field of a scored sample (docs/scoring.md)."""
+    """The `cost` field of a scored sample (docs/scoring.md). A sample with a reply
+    from the generation cache has no times: its wall time measured a cache look-up,
+    and its recorded reply times were measured in another batch. They are None (left
+    out of every mean) and `cached_turns` says why; tokens and turns still count."""
     turns = sample.get("turns") or []
     compute = [t.get("prefill_compute_ms") for t in turns]
     known = [c for c in compute if c is not None]
-    return {
+    cost: dict[str, Any] = {
         "prompt_tokens": sum(t.get("prompt_tokens") or 0 for t in turns),
         "prefix_tokens": sum(t.get("prefix_tokens") or 0 for t in turns),
         "completion_tokens": sum(t.get("completion_tokens") or 0 for t in turns),
         "turns": len(turns),
+        "cached_turns": sum(bool(t.get("cached")) for t in turns),
         "prefill_compute_ms": sum(known) if known and len(known) == len(compute) else None,
         "prefill_ms": sum(t.get("prefill_ms") or 0.0 for t in turns),
         "ttft_ms": (turns[0].get("prefill_ms") or 0.0) if turns else None,
         "decode_ms": sum(t.get("decode_ms") or 0.0 for t in turns),
         "wall_ms": sample.get("wall_ms") or 0.0,
     }
+    if cost["cached_turns"]:
+        cost.update(dict.fromkeys(TIME_FIELDS))
+    return cost
 
 
 def decode_rate(turns: list[dict[str, Any]]) -> float | None:

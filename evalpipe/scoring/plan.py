@@ -54,7 +54,7 @@ from evalpipe.plans import (
     ANY,
     DEFAULT_STRINGS,
     STRINGS,
-    concrete_arguments,
+    execute_gold_plan,
     is_form,
     is_optional,
     references,
@@ -237,29 +237,11 @@ def _compiled(steps: list[dict[str, Any]]) -> tuple[dict[str, tuple[str, ...]], 
     if entry is not None and entry[0] is steps:
         return entry[1], entry[2]
     refs = {step["id"]: _refs(step) for step in steps}
-    results = gold_results(steps) if any(refs.values()) else {}
+    results = execute_gold_plan(steps).results if any(refs.values()) else {}
     if len(_COMPILED) > 100_000:
         _COMPILED.clear()
     _COMPILED[id(steps)] = (steps, refs, results)
     return refs, results
-
-
-def gold_results(steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """What each gold step returns, from the pure built-in tools; steps that need
-    another tool (search_site, a user's tool) or fail are left out."""
-    from evalpipe.tools.builtin import BUILTIN_TOOLS
-
-    results: dict[str, Any] = {}
-    for step in steps:
-        tool = BUILTIN_TOOLS.get(step["name"])
-        args = _resolve(step, results)
-        if tool is None or _has_missing(args):
-            continue
-        try:
-            results[step["id"]] = tool.fn(**concrete_arguments(args))
-        except (ArithmeticError, TypeError, ValueError):
-            pass  # a broken gold plan is the validator's business, not the scorer's
-    return results
 
 
 def _order_violated(gold: list[dict[str, Any]], refs: dict[str, tuple[str, ...]],

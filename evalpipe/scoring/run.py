@@ -65,12 +65,15 @@ def score_records(manifest: dict[str, Any], questions: dict[str, Question],
                            ("cell_id", "question_id", "repeat", SCORER_ERROR)})
     for record in scored:
         record["schema_version"] = SCHEMA_VERSION
-    judged = [r for r in scored if r.get("verdict_source") == "judge"]
     return {"run_id": manifest.get("run_id"), "scorer_version": SCORER_VERSION, "k": k,
             "schema_version": SCHEMA_VERSION, "groups": aggregate(scored), "samples": scored,
-            "unscored": failed,
-            "verdicts": {"judge": len(judged),
-                         "judge_models": sorted({str((r.get("judge") or {}).get("model"))
-                                                 for r in judged}),
-                         "undecided": sum(r.get("verdict_source") == "rules_undecided"
-                                          for r in scored)}}
+            "unscored": failed, "verdicts": verdict_counts(scored), "match": rules}
+
+
+def verdict_counts(scored: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many answer verdicts came from the judge (and its models), and how many the
+    rules left undecided without one."""
+    judged = [r for r in scored if r.get("verdict_source") == "judge"]
+    return {"judge": len(judged),
+            "judge_models": sorted({str((r.get("judge") or {}).get("model")) for r in judged}),
+            "undecided": sum(r.get("verdict_source") == "rules_undecided" for r in scored)}

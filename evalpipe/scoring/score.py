@@ -234,7 +234,8 @@ def facts(sample: dict[str, Any], question: Question, gold: Gold, m: AnswerMatch
     result = plan.result
     return Facts(
         infra=stop_reason == "infra_error" or bool(sample.get("error")) or calls.errored_turn,
-        correct=m.exact, malformed=calls.malformed, unknown_tool=calls.unknown,
+        malformed_reply=stop_reason == "malformed_reply", correct=m.exact,
+        malformed=calls.malformed, unknown_tool=calls.unknown,
         invalid_arguments=calls.invalid, turn_limit=stop_reason == "turn_limit",
         plan_applicable=plan.applicable, gold_plan_empty=plan.steps == [],
         called=calls.called, plan_exact=result.exact if result else None,
@@ -316,6 +317,8 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3,
     if gold.answer_type == "calls":  # no answer to read: the calls are the answer
         ok = calls_verdict(calls, plan)
         m = replace(m, exact=ok, strict=ok, lenient=ok)
+    if sample.get("stop_reason") == "malformed_reply":  # no reply at all: never right
+        m = replace(m, exact=False, strict=False, lenient=False)
     retrieval = retrieval_stage(sample, question, mode, k)
     f = facts(sample, question, gold, m, calls, plan, retrieval)
     verdict = decide(f)

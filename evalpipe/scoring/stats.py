@@ -113,16 +113,31 @@ def cluster_bootstrap(sums: Sequence[float], counts: Sequence[float], resamples:
 def detectable_difference(a: Sequence[float], b: Sequence[float] | None = None
                           ) -> float | None:
     """The noise floor: the smallest difference of two means that a two-sided test at
-    5% detects with 80% power, (z.975 + z.80) * sqrt(var_a / m_a + var_b / m_b).
+    5% detects with 80% power, (z.975 + z.80) * sqrt(var_a / m_a + var_b / m_b), at
+    most 1 (100 points: no difference of two scores in [0, 1] is larger, so a floor
+    of 1 says the runs are too small to detect any).
 
-    `a` and `b` are per-question scores (a question's mean over its repeats), so
-    repeats shrink only the within-question part of the variance. Without `b` the
-    other run is taken to be like `a` (same size, same spread). The runs are treated
-    as independent, which errs on the safe side for a paired comparison. None with
-    fewer than 2 questions."""
+    `a` and `b` are per-question scores in [0, 1] (a question's mean over its
+    repeats), so repeats shrink only the within-question part of the variance.
+    Without `b` the other run is taken to be like `a` (same size, same spread). The
+    runs are treated as independent, which errs on the safe side for a paired
+    comparison. Scores that do not vary (every question 0%, or every one 100%) have
+    no spread to measure; theirs is taken as that of a proportion with one more
+    question right and one more wrong (Laplace's rule), not 0. None with fewer than
+    2 questions."""
     xa = np.asarray(a, dtype=float)
     xb = xa if b is None else np.asarray(b, dtype=float)
     if xa.size < 2 or xb.size < 2:
         return None
-    se = math.sqrt(float(xa.var(ddof=1)) / xa.size + float(xb.var(ddof=1)) / xb.size)
-    return (Z95 + Z80) * se
+    se = math.sqrt(_spread(xa) / xa.size + _spread(xb) / xb.size)
+    return min(1.0, (Z95 + Z80) * se)
+
+
+def _spread(x: np.ndarray) -> float:
+    """The variance of per-question scores; for scores that all agree, the variance
+    of a proportion with one success and one failure added."""
+    var = float(x.var(ddof=1))
+    if var > 0:
+        return var
+    p = (float(x.sum()) + 1) / (x.size + 2)
+    return p * (1 - p)

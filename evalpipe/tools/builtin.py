@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -111,27 +112,48 @@ TOOLSETS: dict[str, list[str]] = {
 _PY_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
 
-def tool_from_callable(spec: str) -> Tool:
+def tool_from_callable(spec: str, *, file: str | None = None, line: int | None = None,
+                       field: str = "custom_tools") -> Tool:
     """A user tool from 'package.module:function'; the schema comes from type hints
-    (int, float, str, bool) and the description from the docstring."""
+    (int, float, str, bool; `from __future__ import annotations` is fine: the hints are
+    resolved) and the description from the docstring. Errors name `field` (and the
+    config's file and line when given). The module is imported and the function runs
+    in this process: trusted code, with evalpipe's permissions (the thread a call runs
+    in bounds its time, not what it may do)."""
+
+    def fail(message: str, expected: str) -> InputError:
+        return InputError(message, file=file, line=line, field=field, expected=expected)
+
     module_name, _, attr = spec.partition(":")
     try:
         fn: Callable[..., Any] = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as exc:
-        raise InputError(f"cannot import tool {spec!r} ({exc})", field="tools",
-                         expected="'package.module:function'") from exc
+        raise fail(f"cannot import tool {spec!r} ({type(exc).__name__}: {exc})",
+                   "'package.module:function' importable from the current folder or "
+                   "PYTHONPATH (docs/questions.md, \"Custom tools\")") from exc
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:  # a hint that names something undefined, or a bad one
+        raise fail(f"tool {spec!r}: its type hints cannot be resolved "
+                   f"({type(exc).__name__}: {exc})", "int, float, str or bool annotations"
+                   ) from exc
     props, required = {}, []
     for name, param in inspect.signature(fn).parameters.items():
-        kind = _PY_TYPES.get(param.annotation)
+        kind = _PY_TYPES.get(hints.get(name))  # type: ignore[arg-type]
         if kind is None:
-            raise InputError(f"tool {spec!r}: parameter {name!r} has no simple type hint",
-                             field="tools", expected="int, float, str or bool annotations")
+            shown = hints.get(name, "none")
+            raise fail(f"tool {spec!r}: parameter {name!r} has no simple type hint "
+                       f"(got {getattr(shown, '__name__', shown)})",
+                       "int, float, str or bool annotations")
         props[name] = {"type": kind}
         if param.default is inspect.Parameter.empty:
             required.append(name)
     params = {"type": "object", "properties": props, "required": required,
               "additionalProperties": False}
     return Tool(fn.__name__, inspect.getdoc(fn) or fn.__name__, params, fn)
+
+
+SEARCH_TOOL = "search_site"  # the retrieval tool of cells with retrieval mode `tool`
 
 
 def search_site_tool(search: Callable[[str, int], list[dict[str, Any]]], k: int) -> Tool:
@@ -142,7 +164,7 @@ def search_site_tool(search: Callable[[str, int], list[dict[str, Any]]], k: int)
 
     params = {"type": "object", "properties": {"query": {"type": "string", "maxLength": 500}},
               "required": ["query"], "additionalProperties": False}
-    return Tool("search_site", "Search the site's documents; returns the most relevant passages.",
+    return Tool(SEARCH_TOOL, "Search the site's documents; returns the most relevant passages.",
                 params, search_site)
 
 
@@ -154,7 +176,7 @@ def build_toolset(name: str, *, custom: Sequence[str] = (),
         raise InputError(f"unknown toolset {name!r}", field="toolsets",
                          expected=" | ".join(TOOLSETS))
     tools = {n: BUILTIN_TOOLS[n] for n in TOOLSETS[name]}
-    for spec in custom if name != "none" else ():
-        tool = tool_from_callable(spec)
+    for i, spec in enumerate(custom if name != "none" else ()):
+        tool = tool_from_callable(spec, field=f"custom_tools[{i}]")
         tools[tool.name] = tool
     return Toolset(tools, limits or ToolLimits())

@@ -10,10 +10,10 @@ an exception that stops the run; an over-long result is cut to the limit.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,11 +143,9 @@ class Toolset:
             event.result = self.stub_result
             return event
         start = time.perf_counter()
-        pool = ThreadPoolExecutor(max_workers=1)
         try:
-            result = pool.submit(self.tools[call.name].fn, **call.arguments).result(
-                timeout=self.limits.timeout_s)
-        except FutureTimeout:
+            result = run_bounded(self.tools[call.name].fn, call.arguments, self.limits.timeout_s)
+        except ToolTimeout:
             event.error, event.error_message = "timeout", f"no result within {self.limits.timeout_s} s"
         except Exception as exc:  # noqa: BLE001 -- a tool's own failure is reported to the model
             event.error, event.error_message = "tool_exception", _describe(exc)
@@ -163,9 +161,41 @@ class Toolset:
                     result = text[: self.limits.max_result_chars] + " [truncated]"
                 event.result = result
         finally:
-            pool.shutdown(wait=False)
             event.ms = (time.perf_counter() - start) * 1000
         return event
+
+
+class ToolTimeout(Exception):
+    """A tool gave no result within its time limit (a TimeoutError the tool itself
+    raises is the tool's own exception)."""
+
+
+def run_bounded(fn: Callable[..., Any], arguments: dict[str, Any], timeout_s: float) -> Any:
+    """fn(**arguments), waited for at most timeout_s (ToolTimeout after that). It runs in a
+    daemon thread: Python cannot stop a thread, so a tool that times out runs on until it
+    returns or the process exits, but it never delays that exit (a pool thread would be
+    joined at exit, and kept the process alive as long as the tool ran)."""
+    done = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            outcome["result"] = fn(**arguments)
+        except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller's thread
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=call, name=f"tool {getattr(fn, '__name__', 'call')}",
+                     daemon=True).start()
+    if not done.wait(timeout_s):
+        raise ToolTimeout(f"no result within {timeout_s} s")
+    if "error" in outcome:
+        error = outcome["error"]
+        if not isinstance(error, Exception):  # SystemExit, KeyboardInterrupt from a tool
+            raise RuntimeError(f"the tool raised {type(error).__name__}") from None
+        raise error
+    return outcome["result"]
 
 
 def result_text(event: ToolEvent) -> str:

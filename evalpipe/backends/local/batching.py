@@ -741,6 +741,12 @@ class DecodeSession:
             row.rng.manual_seed(int.from_bytes(h[:8], "little") & ((1 << 63) - 1))
         self.waiting.append(row)
 
+    def cancel(self) -> None:
+        """Drop every prompt not yet returned, waiting or decoding: the session is empty
+        (pending 0) and can take new prompts. The cancellation point of a run stopped
+        between decode steps; dropped conversations' kept caches go with their rows."""
+        self.waiting, self.finished, self.state, self.alive = [], [], None, []
+
     @torch.inference_mode()
     def step(self) -> list[tuple[Hashable, RowResult]]:
         """Admit, decode one token for every running row; the (key, result) of rows that ended."""

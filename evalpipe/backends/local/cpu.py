@@ -75,6 +75,10 @@ def describe_cpu() -> str:
             f"{'native' if native_bf16() else 'NOT native (emulated, slow)'}")
 
 
+AUTO = "auto"
+DTYPES = ("float32", "bfloat16", "float16")  # what weights load in; `auto` picks one
+
+
 def resolve_dtype(requested: str, device: str = "cpu") -> tuple[str, str | None]:
     """The dtype to load weights in, and a warning line when the request will be slow.
 
@@ -82,7 +86,7 @@ def resolve_dtype(requested: str, device: str = "cpu") -> tuple[str, str | None]
     (1.5-1.65x at 64 rows, measured), but its rounding depends on the batch's
     shape, so its greedy replies differ from one-at-a-time ones; a default must
     not depend on how batches happened to be cut (docs/speed.md, "dtype")."""
-    if requested == "auto":
+    if requested == AUTO:
         return "float32", None
     if requested == "bfloat16" and device == "cpu" and not native_bf16():
         model = cpu_info()[0]

@@ -16,7 +16,7 @@ from evalpipe.errors import EvalpipeError
 # one colour per category (scoring/categories.py), stable across plots and runs
 CATEGORY_COLOURS = {
     "correct": "#2e7d32", "infra_error": "#616161", "tool_failure": "#9e9e9e",
-    "scorer_error": "#212121", "malformed_call": "#c62828",
+    "scorer_error": "#212121", "malformed_reply": "#4e342e", "malformed_call": "#c62828",
     "unknown_tool": "#ad1457", "invalid_arguments": "#6a1b9a", "turn_limit": "#4527a0",
     "no_tool_call": "#1565c0", "unneeded_tool_call": "#0277bd", "wrong_plan": "#ef6c00",
     "misreported_result": "#f9a825", "retrieval_miss": "#00838f",
@@ -74,7 +74,13 @@ def human(n: float) -> str:
 def _scale_x(ax, values: list[float], ticks_at_values: bool = False) -> None:
     """Log scale when the values span more than 10x, else linear; with ticks_at_values,
     ticks sit at the values themselves, labelled 135M, 1.5B."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+    from matplotlib.ticker import (
+        FixedLocator,
+        FuncFormatter,
+        LogLocator,
+        NullFormatter,
+        NullLocator,
+    )
 
     values = [v for v in values if v]
     if not values:
@@ -88,17 +94,27 @@ def _scale_x(ax, values: list[float], ticks_at_values: bool = False) -> None:
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_minor_formatter(NullFormatter())
     elif hi > 10 * lo:
-        ax.set_xscale("log")
+        ax.set_xscale("log")  # ticks at 1, 2 and 5 of every decade, labelled 200, 5k, 1M
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human(v)))
+        ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_minor_formatter(NullFormatter())
     else:
         pad = (hi - lo) * 0.15 or hi * 0.1
         ax.set_xlim(max(0, lo - pad), hi + pad)
 
 
+def _sized_cells(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cells of known size, when at least two sizes are known (one is no curve)."""
+    cells = [c for c in data["cells"] if c.get("parameters")]
+    return cells if len({c["parameters"] for c in cells}) >= 2 else []
+
+
 def accuracy_vs_size(data: dict[str, Any]) -> bytes | None:
     """Exact match (95% interval) against parameter count, one panel per suite, one line
-    per configuration (format/toolset/retrieval)."""
-    cells = [c for c in data["cells"] if c.get("parameters")]
+    per configuration (format/toolset/retrieval); None unless at least two model sizes
+    are known (one size is no curve)."""
+    cells = _sized_cells(data)
     if not cells:
         return None
     plt = _plt()
@@ -168,23 +184,33 @@ def categories_stacked(data: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
-def accuracy_vs_cost(data: dict[str, Any]) -> bytes | None:
-    """Exact match (suite all) against mean tokens and mean wall time per sample."""
+def _cost_points(data: dict[str, Any]) -> list[tuple[str, float, float | None, dict]]:
+    """(cell, mean tokens, mean wall ms or None, exact match) of the cells with both."""
     pts = []
     for r in data["cost"]:
         m = _exact(data, r["cell_id"], "all")
         f = r["fields"]
         tokens = [(f.get(x) or {}).get("mean") for x in ("prompt_tokens", "completion_tokens")]
-        wall = (f.get("wall_ms") or {}).get("mean")
         if m is None or None in tokens:
             continue
-        pts.append((r["cell_id"], sum(tokens), wall, m))
+        pts.append((r["cell_id"], sum(tokens), (f.get("wall_ms") or {}).get("mean"), m))
+    return pts
+
+
+WALL_LABEL = "wall ms per sample, under load (inside the running batch)"
+
+
+def accuracy_vs_cost(data: dict[str, Any]) -> bytes | None:
+    """Exact match (suite all) against mean tokens and mean wall time per sample. The
+    wall time is measured under load (a row waits for the rows batched with it) and
+    leaves out samples served from the reply cache (scoring/cost.py)."""
+    pts = _cost_points(data)
     if not pts:
         return None
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, idx, label in ((axes[0], 1, "tokens per sample (prompt + completion)"),
-                           (axes[1], 2, "wall ms per sample")):
+                           (axes[1], 2, WALL_LABEL)):
         for i, p in enumerate(pts):
             if p[idx] is None:
                 continue
@@ -199,7 +225,9 @@ def accuracy_vs_cost(data: dict[str, Any]) -> bytes | None:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize="small",
                bbox_to_anchor=(0.5, -0.08 - 0.05 * ((len(labels) + 1) // 2)))
-    fig.suptitle("Accuracy vs cost")
+    cached = sum(r.get("cached") or 0 for r in data["cost"])
+    fig.suptitle("Accuracy vs cost" + (f" ({cached} samples from the reply cache: not in the "
+                                        "wall time)" if cached else ""))
     return _png(fig)
 
 
@@ -208,6 +236,13 @@ PLOTS = {
     "categories": categories_stacked,
     "accuracy_vs_cost": accuracy_vs_cost,
 }
+
+
+def applicable(data: dict[str, Any]) -> list[str]:
+    """The names of the plots that have something to show, without drawing them."""
+    has = {"accuracy_vs_size": bool(_sized_cells(data)), "categories": bool(data["categories"]),
+           "accuracy_vs_cost": bool(_cost_points(data))}
+    return [name for name in PLOTS if has[name]]
 
 
 def render_plots(data: dict[str, Any]) -> dict[str, bytes]:

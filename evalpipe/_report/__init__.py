@@ -1,9 +1,8 @@
-"""Score tables, comparisons and plots; `report()` is the public API's report."""
+"""Score tables, comparisons and plots: the implementation of the public API's
+`report()` (evalpipe.report) and `compare()`."""
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,10 +19,10 @@ def report(run_dir: str | Path, format: str = "md", *, plots_dir: str | Path | N
     """A run's report as text in `format` (md, csv, latex, html, json); with
     `plots_dir`, the plots are also written there as PNG files. Never writes into
     the run directory."""
+    from evalpipe._report.build import build_report
+    from evalpipe._report.load import load_run
+    from evalpipe._report.render import render_csv, render_json, render_latex, render_markdown
     from evalpipe.errors import EvalpipeError, InputError
-    from evalpipe.report.build import build_report
-    from evalpipe.report.load import load_run
-    from evalpipe.report.render import render_csv, render_json, render_latex, render_markdown
 
     if format not in REPORT_FORMATS:
         raise InputError(f"unknown report format {format!r}", field="format",
@@ -31,15 +30,15 @@ def report(run_dir: str | Path, format: str = "md", *, plots_dir: str | Path | N
     data_run = load_run(run_dir, allow_partial=allow_partial)
     data = build_report(data_run)
     if plots_dir:
-        from evalpipe.report.plots import write_plots
+        from evalpipe._report.plots import write_plots
 
         for path in write_plots(data, plots_dir):
             warn(f"wrote {path}")
     if format == "html":
-        from evalpipe.report.html import render_html
+        from evalpipe._report.html import render_html
 
         try:
-            from evalpipe.report.plots import render_plots
+            from evalpipe._report.plots import render_plots
 
             plots = render_plots(data)
         except EvalpipeError as exc:  # no matplotlib: a report without plots
@@ -48,14 +47,3 @@ def report(run_dir: str | Path, format: str = "md", *, plots_dir: str | Path | N
         return render_html(data_run, data, plots, max_samples=max_samples or None)
     render = {"csv": render_csv, "json": render_json, "md": render_markdown}.get(format)
     return render(data) if render else render_latex(data, standalone=standalone)
-
-
-class _PublicModule(types.ModuleType):
-    """Importing this module makes `evalpipe.report` the module, not the API function
-    of that name; calling the module calls the function, so both spellings work."""
-
-    def __call__(self, *args, **kwargs):
-        return report(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _PublicModule

@@ -74,8 +74,12 @@ def bfcl_table(scores: dict[str, Any]) -> str:
             row.append(f"{fmt_rate(r.get('exact'))}, valid {fmt_rate(r.get('format_valid'))}"
                        if g else "-")
         rows.append(row)
-    return ("\nBFCL accuracy per category (every call valid and the plan matched; format "
-            "validity counts samples with a call attempt):\n\n"
+    rules = scores.get("match") or "evalpipe"
+    caveat = ("" if rules == "bfcl" else
+              f"\nArguments compared by evalpipe's rules (match: {rules}): these numbers are "
+              "NOT comparable with the BFCL leaderboard; set match: bfcl for that.\n")
+    return (caveat + "\nBFCL accuracy per category (every call valid and the plan matched; "
+            "format validity counts samples with a call attempt):\n\n"
             + markdown_table(["category", *cells], rows))
 
 

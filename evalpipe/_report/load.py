@@ -87,7 +87,7 @@ def load_run(path: str | Path, allow_partial: bool = False) -> RunData:
             raise InputError(f"scores.json has no '{key}'", file=str(store.path / "scores.json"),
                              expected="the output of `evalpipe score`")
     audit = store.read_json("audit.json") if (store.path / "audit.json").is_file() else None
-    probe = list(store.iter_samples(store.path / "probe.jsonl"))
+    probe = list(store.iter_records(store.probe_path))
     return RunData(store.path, manifest, questions, samples, scores, rescored, audit, probe)
 
 
@@ -99,40 +99,51 @@ def score_in_memory(manifest: dict[str, Any], questions: dict[str, Question],
     return score_records(manifest, questions, samples, k=k, judgements=judgements)
 
 
+# -- facts about a run ------------------------------------------------------------------------
+
+def run_facts(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What a reader wants first about a run, from its manifest alone: config name and
+    file, models, start and end, git commit, status (and error), and the warnings the
+    run recorded (e.g. a server that ignored the tools)."""
+    config = manifest.get("config") or {}
+    models = [m.get("id") if isinstance(m, dict) else m for m in config.get("models") or []]
+    for info in (manifest.get("cells") or {}).values():
+        model = (info.get("settings") or {}).get("model")
+        model_id = model.get("id") if isinstance(model, dict) else model
+        if model_id and model_id not in models:
+            models.append(model_id)
+    return {"run_id": manifest.get("run_id"), "config_name": config.get("name"),
+            "config_source": manifest.get("config_source"), "models": models,
+            "started": manifest.get("started"),
+            "finished": manifest.get("finished") or manifest.get("ended"),
+            "commit": manifest.get("git_commit"), "status": run_status(manifest),
+            "error": manifest.get("error"), "match": config.get("match"),
+            "warnings": list(manifest.get("warnings") or [])}
+
+
 # -- facts about cells -------------------------------------------------------------------------
 
 def cell_facets(run: RunData, cell_id: str) -> dict[str, Any]:
-    """model id, format, toolset and retrieval mode/method of a cell, from the manifest
-    settings, else from its scored samples, else parsed from the cell id
-    (model/format/toolset/retrieval)."""
-    settings = run.cell_info(cell_id).get("settings") or {}
+    """model id, format, toolset and retrieval mode/method of a cell, as the run recorded
+    them: the manifest's facets of the cell (config.Cell.facets), or for a run recorded
+    before those, the cell's settings in the manifest or in its scored samples. A cell id
+    is a name, never parsed."""
+    info = run.cell_info(cell_id)
+    recorded = info.get("facets")
+    if isinstance(recorded, dict):
+        return {"model": recorded.get("model"), "format": recorded.get("format"),
+                "toolset": recorded.get("toolset"), "retrieval_mode": recorded.get("retrieval"),
+                "retrieval_method": recorded.get("method")}
+    settings: dict[str, Any] = info.get("settings") or next(
+        (s for s in run.scores.get("samples", []) if s["cell_id"] == cell_id), {})
     model = settings.get("model")
     retrieval = settings.get("retrieval") or {}
-    facets = {
-        "model": (model.get("id") if isinstance(model, dict) else model),
-        "format": settings.get("format"),
-        "toolset": settings.get("toolset"),
-        "retrieval_mode": retrieval.get("mode"),
-        "retrieval_method": retrieval.get("method"),
-    }
-    if any(v is None for k, v in facets.items() if k != "retrieval_method"):
-        for s in run.scores.get("samples", []):
-            if s["cell_id"] == cell_id:
-                m = s.get("model")
-                facets["model"] = facets["model"] or (m.get("id") if isinstance(m, dict) else m)
-                facets["format"] = facets["format"] or s.get("format")
-                facets["toolset"] = facets["toolset"] or s.get("toolset")
-                facets["retrieval_mode"] = facets["retrieval_mode"] or s.get("retrieval_mode")
-                break
-    parts = cell_id.rsplit("/", 3)
-    if len(parts) == 4:
-        model_id, fmt, toolset, rpart = parts
-        facets["model"] = facets["model"] or model_id
-        facets["format"] = facets["format"] or fmt
-        facets["toolset"] = facets["toolset"] or toolset
-        if facets["retrieval_mode"] is None:
-            facets["retrieval_mode"] = "none" if rpart == "no-rag" else rpart.split("-")[-1]
-    return facets
+    mode = (retrieval.get("mode") if isinstance(retrieval, dict) else None) or settings.get(
+        "retrieval_mode")
+    return {"model": model.get("id") if isinstance(model, dict) else model,
+            "format": settings.get("format"), "toolset": settings.get("toolset"),
+            "retrieval_mode": mode,
+            "retrieval_method": retrieval.get("method") if isinstance(retrieval, dict) else None}
 
 
 def baseline_cells(run: RunData) -> dict[str, str | None]:

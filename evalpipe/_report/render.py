@@ -8,8 +8,8 @@ import json
 import math
 from typing import Any
 
-from evalpipe.report.build import COST_FIELDS, MAIN_METRICS, RATIO_FIELDS, metric_label
-from evalpipe.report.tables import markdown_table, unscored_text, verdicts_text
+from evalpipe._report.build import COST_FIELDS, MAIN_METRICS, RATIO_FIELDS, metric_label
+from evalpipe._report.tables import BFCL_SUITE, markdown_table, unscored_text, verdicts_text
 
 DASH = "-"
 
@@ -88,6 +88,57 @@ COST_NOTE = (
     "the same model without tools and without retrieval.")
 
 
+def facts_line(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) pairs for the top of a report: config, models, date, commit, status."""
+    run = data.get("run") or {}
+    commit = run.get("commit") or ""
+    commit = commit[:12] + ("-dirty" if commit.endswith("-dirty") else "") if commit else ""
+    pairs = [("config", " ".join(filter(None, [run.get("config_name"),
+                                              f"({run['config_source']})"
+                                              if run.get("config_source") else None]))),
+             ("models", ", ".join(map(str, run.get("models") or []))),
+             ("started", (run.get("started") or "").replace("T", " ")),
+             ("commit", commit), ("status", run.get("status") or "")]
+    return [(k, v) for k, v in pairs if v]
+
+
+def report_notes(data: dict[str, Any]) -> list[str]:
+    """What a reader must know before reading the numbers (Markdown, one line each):
+    an unfinished run, warnings the run recorded, replies served from the cache."""
+    run = data.get("run") or {}
+    notes = []
+    if run.get("status") and run["status"] != "finished":
+        state = {"running": "is still running", "interrupted": "was interrupted",
+                 "failed": "failed"}.get(run["status"], f"is {run['status']}")
+        notes.append(f"This run {state}" + (f" ({run['error']})" if run.get("error") else "")
+                     + ": the figures cover the samples written so far.")
+    notes += [f"Warning: {w}" for w in run.get("warnings") or []]
+    cached = [f"`{r['cell_id']}` {r['cached']} of {r['n']}" for r in data["cost"]
+              if r.get("cached")]
+    if cached:
+        notes.append("Replies from the generation cache: " + "; ".join(cached) + " samples. "
+                     "Their times are left out of every time column and plot (their wall time "
+                     "would measure a cache look-up); tokens and turns still count. Run with "
+                     "`--no-cache` to time every sample.")
+    if any(s.startswith(BFCL_SUITE) for s in data.get("suites", [])) \
+            and run.get("match", "bfcl") != "bfcl":
+        notes.append("BFCL suites scored with evalpipe's argument rules (`match: evalpipe`): "
+                     "not comparable with the BFCL leaderboard; set `match: bfcl` for that "
+                     "(docs/bfcl.md).")
+    return notes
+
+
+NOISE_FLOOR_NOTE = ("the smallest difference in exact match, in points, that a second run of "
+                    "this size could be told apart from (5% two-sided, 80% power)")
+
+
+def noise_floor_line(data: dict[str, Any]) -> str:
+    """Each cell's noise floor in one line (runs without repeats)."""
+    floors = [f"{r['cell_id']}: {100 * r['noise_floor']:.1f}" for r in data.get("repeats") or []
+              if _num(r.get("noise_floor"))]
+    return (f"Noise floor ({NOISE_FLOOR_NOTE}): " + "; ".join(floors)) if floors else ""
+
+
 def cost_grid(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["cell", *[label for _, label in COST_FIELDS], "baseline",
               *[f"x {dict(COST_FIELDS)[f]}" for f in RATIO_FIELDS]]
@@ -144,6 +195,8 @@ def _md_escape(text: str) -> str:
 def render_markdown(data: dict[str, Any]) -> str:
     k = data["k"]
     out = [f"# Report: {data['run_id']}\n",
+           "; ".join(f"{k}: {v}" for k, v in facts_line(data)) + "\n",
+           *(f"> {_md_escape(n)}\n" for n in report_notes(data)),
            (f"Scorer version {data['scorer_version']}; retrieval cut-off k = {k}. "
             "Rates are shown as `rate (hits/n) [95% interval]`: Wilson intervals for "
             "proportions, Student t for recall (a mean of per-question recall). Samples "
@@ -188,13 +241,8 @@ def render_markdown(data: dict[str, Any]) -> str:
                 out.append(f"- flipping in `{r['cell_id']}` ({len(r['flipping'])}): "
                            + _md_escape(", ".join(r["flipping"])))
         out.append("")
-    elif data.get("repeats"):
-        floors = [f"{r['cell_id']}: {100 * r['noise_floor']:.1f}" for r in data["repeats"]
-                  if _num(r.get("noise_floor"))]
-        if floors:
-            out.append("Noise floor (smallest difference in exact match, in points, that a "
-                       "second run of this size could be told apart from): "
-                       + _md_escape("; ".join(floors)) + "\n")
+    elif noise_floor_line(data):
+        out.append(_md_escape(noise_floor_line(data)) + "\n")
     if data.get("audit"):
         header, rows = audit_grid(data)
         audit = data["audit"]
@@ -210,7 +258,8 @@ def render_markdown(data: dict[str, Any]) -> str:
 
 # -- CSV ---------------------------------------------------------------------------------------
 
-CSV_HEADER = ["cell_id", "suite", "metric", "value", "n", "lo", "hi"]
+CSV_HEADER = ["cell_id", "model", "format", "toolset", "retrieval", "retrieval_method", "suite",
+              "metric", "value", "n", "lo", "hi"]
 
 
 def tidy_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -259,10 +308,17 @@ def tidy_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def render_csv(data: dict[str, Any]) -> str:
+    """tidy_rows with each cell's model, format, toolset and retrieval (mode, method) in
+    columns of their own."""
+    facets = {c["cell_id"]: {"model": c.get("model"), "format": c.get("format"),
+                             "toolset": c.get("toolset"), "retrieval": c.get("retrieval_mode"),
+                             "retrieval_method": c.get("retrieval_method")}
+              for c in data["cells"]}
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_HEADER, lineterminator="\n")
     writer.writeheader()
     for row in tidy_rows(data):
+        row = {**row, **facets.get(row["cell_id"], {})}
         writer.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) else v))
                          for k, v in row.items()})
     return buf.getvalue()

@@ -8,7 +8,8 @@ Checks, per record:
 - the schema (`evalpipe.questions.parse_question`), including $refs that must
   name an earlier step;
 - ids unique within a file;
-- every tool named in gold_calls exists (the built-in tools and search_site);
+- every tool named in gold_calls exists (the built-in tools, search_site, the
+  config's custom tools and the question's own);
 - executing gold_calls with the real tools (toolset "math") gives the gold
   answer, with a relative tolerance of 1e-9;
 - every gold passage names a document of the corpus, ends within its text,
@@ -20,22 +21,29 @@ Checks, per record:
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
-import sys
-import types
 import unicodedata
 from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from evalpipe.corpus import CHUNK_SIZE
 from evalpipe.errors import InputError
-from evalpipe.questions import Question, load_questions, parse_question, question_files
+from evalpipe.questions import (
+    BFCL_SOURCE,
+    Question,
+    QuestionSource,
+    as_source,
+    load_questions,
+    parse_question,
+    question_sources,
+    read_records,
+)
+from evalpipe.tools.registry import Tool
 
 REL_TOL = 1e-9
-_LINE_SUFFIXES = (".jsonl", ".json")
 _GROUP_SEP = r"[,.\u00a0\u202f\u2009 ]?"
 
 
@@ -91,37 +99,55 @@ def span_contains_answer(span_text: str, q: Question) -> bool:
     return bool(str(answer).strip()) and _fold(str(answer).strip()) in folded
 
 
+def _is_plain_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _close(a: float, b: float) -> bool:
     return a == b or math.isclose(a, b, rel_tol=REL_TOL, abs_tol=0.0)
 
 
-def _check_plan(q: Question, file: str, line: int) -> list[str]:
+def _check_plan(q: Question, file: str, line: int, custom: dict[str, Tool] | None = None
+                ) -> list[str]:
     from evalpipe.plans import execute_gold_plan
     from evalpipe.tools import BUILTIN_TOOLS, build_toolset
     from evalpipe.tools.schema_only import schema_tool
 
+    custom = custom or {}
     errors = []
     own = {schema_tool(t).name for t in q.tools}  # the question's own schema-only tools
-    tools = known_tools() | own
+    # the built-in tools, the config's custom tools and the question's own schema-only ones
+    tools = known_tools() | set(custom) | own
     for i, step in enumerate(q.gold_calls or []):
         if step["name"] not in tools:
             suggestion = difflib.get_close_matches(step["name"], sorted(tools), n=1)
             hint = f" (did you mean {suggestion[0]!r}?)" if suggestion else ""
             errors.append(_error(file, line, f"gold_calls[{i}].name",
                                  f"unknown tool {step['name']!r}{hint}",
-                                 "one of " + ", ".join(sorted(tools))))
+                                 "one of " + ", ".join(sorted(tools))
+                                 + ("" if custom else "; a custom tool needs --config")))
     if errors or not q.gold_calls:
         return errors
-    if any(step["name"] not in BUILTIN_TOOLS or step["name"] in own for step in q.gold_calls):
+    runnable = set(BUILTIN_TOOLS) | set(custom)
+    if any(step["name"] not in runnable or step["name"] in own for step in q.gold_calls):
         # search_site needs a retriever, and a schema-only tool (BFCL's "multiply" too) has
         # no implementation: such a plan cannot be replayed here
         return []
-    try:
-        results = execute_gold_plan(q.gold_calls, build_toolset("math"))
-    except ValueError as exc:
-        return [_error(file, line, "gold_calls", f"the gold plan fails: {exc}",
+    run = execute_gold_plan(q.gold_calls, build_toolset("math").with_tools(*custom.values()))
+    for why in run.failed.values():  # the first failure; the steps after it need it
+        return [_error(file, line, "gold_calls", f"the gold plan fails: {why}",
                        "a plan the real tools can execute")]
-    final = results[q.gold_calls[-1]["id"]]
+    final = run.results[q.gold_calls[-1]["id"]]
+    if q.answer_type in ("calls", "abstain"):
+        return []  # graded by the calls alone, or no answer to reach
+    if q.answer_type == "text" and not _is_plain_number(final):
+        # a custom tool may return text: it must be the answer or an alias
+        wanted = {_fold(str(a)).strip() for a in (q.answer, *q.aliases)}
+        if _fold(str(final)).strip() in wanted:
+            return []
+        return [_error(file, line, "answer",
+                       f"got {q.answer!r} but executing gold_calls gives {final!r}",
+                       "the result of the last gold step, or one of the aliases")]
     try:
         gold = float(q.answer)
     except (TypeError, ValueError):
@@ -219,8 +245,8 @@ def _unit_after_answer(text: str, q: Question) -> str | None:
     return w.group(1) if w.group(1) == "%" else text_key(w.group(1))
 
 
-def gold_warnings(path: str | Path, corpus_root: str = "datasets/site",
-                  chunk_size: int = 800) -> list[str]:
+def gold_warnings(path: str | Path | QuestionSource, corpus_root: str = "datasets/site",
+                  chunk_size: int = CHUNK_SIZE) -> list[str]:
     """Chunks that state a question's answer but that no gold passage covers.
 
     A chunk states the answer when one of its statements (a line or a sentence)
@@ -233,7 +259,7 @@ def gold_warnings(path: str | Path, corpus_root: str = "datasets/site",
     from evalpipe.scoring.retrieval_metrics import covers
 
     try:
-        questions = load_questions(str(path))
+        questions = load_questions(path if isinstance(path, QuestionSource) else str(path))
         docs = load_corpus(corpus_root)
     except InputError:
         return []  # validate() reports these as errors
@@ -278,7 +304,7 @@ def gold_warnings(path: str | Path, corpus_root: str = "datasets/site",
                     shown = statement.strip()
                     shown = shown if len(shown) <= 80 else shown[:77] + "..."
                     line = q.source.rsplit(":", 1)[1] if q.source else "?"
-                    out.append(f"{path}:{line}: gold_passages: {q.id}: the answer "
+                    out.append(f"{as_source(path).path}:{line}: gold_passages: {q.id}: the answer "
                                f"{q.answer!r} also occurs in {kind}{c.doc}:{c.start}-{c.end} "
                                f"({shown!r}), which no gold passage covers")
                     break
@@ -296,63 +322,42 @@ def _table_header(text: str, at: int) -> str:
     return header
 
 
-def gold_warnings_paths(paths: list[str], corpus_root: str = "datasets/site") -> list[str]:
-    """gold_warnings for files and folders (their *.jsonl files)."""
+def gold_warnings_paths(paths: list[str | dict[str, Any]],
+                        corpus_root: str = "datasets/site") -> list[str]:
+    """gold_warnings for files, folders (their *.jsonl files) and mapped sources."""
     out = []
-    for p in paths:
-        path = Path(p)
-        files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
-        for f in files:
-            out.extend(gold_warnings(f, corpus_root))
+    for source in question_sources(paths):
+        out.extend(gold_warnings(source, corpus_root))
     return out
 
 
-def _records(path: Path, file: str) -> tuple[list[tuple[int, Any]], list[str]]:
-    """(line, decoded record) for each non-blank line, and the errors of the others."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        return [], [_error(file, None, None, f"not UTF-8 ({exc.reason})", "a UTF-8 text file")]
-    records, errors = [], []
-    for number, text in enumerate(raw.split("\n"), start=1):
-        text = text.strip().lstrip("\ufeff")
-        if not text:
-            continue
-        try:
-            records.append((number, json.loads(text)))
-        except json.JSONDecodeError as exc:
-            errors.append(_error(file, number, None,
-                                 f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                 "one JSON object per line"))
-    return records, errors
-
-
-def validate_file(path: str | Path, corpus: _Corpus | str = "datasets/site") -> list[str]:
-    """Every problem in one question file."""
+def validate_file(path: str | Path | dict[str, Any] | QuestionSource,
+                  corpus: _Corpus | str = "datasets/site",
+                  custom: dict[str, Tool] | None = None) -> list[str]:
+    """Every problem in one question file (a path, or a config's {path, fields, values}
+    entry); `custom`: the config's custom tools by name. Read as `run` reads it
+    (questions.read_records), every bad record named."""
     if isinstance(corpus, str):
         corpus = _Corpus(corpus)
-    path = Path(path)
-    file = str(path)
-    if not path.exists():
+    source = as_source(path)
+    file = source.path
+    if not Path(file).exists() and not file.startswith(BFCL_SOURCE):
         return [_error(file, None, None, "file not found", "a question file or folder")]
     questions: list[tuple[int, Question]] = []
-    errors: list[str] = []
-    if path.suffix in _LINE_SUFFIXES:
-        records, errors = _records(path, file)
-        for number, record in records:
+    problems: list[InputError] = []
+    records = 0
+    try:
+        for number, record in read_records(source, problems):
+            records += 1
             try:
                 questions.append((number, parse_question(record, file=file, line=number)))
             except InputError as exc:
-                errors.append(str(exc))
-        if not records and not errors:
-            errors.append(_error(file, None, None, "no questions", "at least one record"))
-    else:
-        try:
-            loaded = load_questions(file)
-        except InputError as exc:
-            return [str(exc)]
-        for q in loaded:
-            questions.append((int(q.source.rsplit(":", 1)[1]), q))
+                problems.append(exc)
+    except InputError as exc:  # the file as a whole: unreadable, unsupported, bad mapping
+        problems.append(exc)
+    errors = [str(e) for e in problems]
+    if not records and not errors:
+        errors.append(_error(file, None, None, "no questions", "at least one record"))
 
     seen: dict[str, int] = {}
     for number, q in questions:
@@ -361,7 +366,7 @@ def validate_file(path: str | Path, corpus: _Corpus | str = "datasets/site") -> 
                                                      f"{seen[q.id]})", "ids unique within a file"))
         else:
             seen[q.id] = number
-        errors.extend(_check_plan(q, file, number))
+        errors.extend(_check_plan(q, file, number, custom))
         errors.extend(_check_passages(q, file, number, corpus))
     return sorted(errors, key=_line_of)
 
@@ -371,39 +376,36 @@ def _line_of(message: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else 0, message)
 
 
-def validate_paths(paths: list[str], corpus_root: str = "datasets/site") -> list[str]:
-    """Every problem in the given question files; folders expand to their *.jsonl files.
+def validate_paths(paths: list[str | dict[str, Any]], corpus_root: str = "datasets/site",
+                   custom_tools: Iterable[str] = ()) -> list[str]:
+    """Every problem in the given question files (paths, or a config's {path, fields,
+    values} entries); folders expand to their *.jsonl files.
+    `custom_tools`: the config's `package.module:function` tools, which gold plans may
+    call (and which are run to check them).
 
     Returns an empty list when everything is valid."""
+    from evalpipe.tools.builtin import tool_from_callable
+
     corpus = _Corpus(corpus_root)
+    custom = {t.name: t for t in (tool_from_callable(spec, field=f"custom_tools[{i}]")
+                                  for i, spec in enumerate(custom_tools))}
     errors: list[str] = []
     for given in paths:
-        p = Path(given)
-        if p.is_dir():
-            files = question_files([p])
-            if not files:
-                errors.append(_error(str(p), None, None, "folder holds no question files",
-                                     "*.jsonl files"))
-            for f in files:
-                errors.extend(validate_file(f, corpus))
-        else:
-            errors.extend(validate_file(p, corpus))
+        sources = question_sources([given])
+        if not sources:
+            errors.append(_error(as_source(given).path, None, None,
+                                 "folder holds no question files", "*.jsonl files"))
+        for source in sources:
+            errors.extend(validate_file(source, corpus, custom))
     return errors
 
 
-def validate(paths: str | Path | Iterable[str | Path], *,
-             corpus: str | Path = "datasets/site") -> list[str]:
-    """Every problem in question files or folders, one line each; [] when valid."""
+def validate(paths: str | Path | Iterable[str | Path | dict[str, Any]], *,
+             corpus: str | Path = "datasets/site", custom_tools: Iterable[str] = ()
+             ) -> list[str]:
+    """Every problem in question files or folders, one line each; [] when valid.
+    `custom_tools`: a config's custom tools, which gold plans may call."""
     items = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    return validate_paths([str(p) for p in items], corpus_root=str(corpus))
-
-
-class _PublicModule(types.ModuleType):
-    """Importing this module makes `evalpipe.validate` the module, not the API function
-    of that name; calling the module calls the function, so both spellings work."""
-
-    def __call__(self, *args, **kwargs):
-        return validate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _PublicModule
+    return validate_paths([p if isinstance(p, dict) else str(p) for p in items],
+                          corpus_root=str(corpus),
+                          custom_tools=custom_tools)

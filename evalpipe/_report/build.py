@@ -8,8 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalpipe.report.load import RunData, baseline_cells, cell_facets, model_parameters
-from evalpipe.report.tables import CATEGORY_ORDER
+from evalpipe._report.load import (
+    RunData,
+    baseline_cells,
+    cell_facets,
+    model_parameters,
+    run_facts,
+)
+from evalpipe._report.tables import CATEGORY_ORDER
 from evalpipe.scoring.cost import probe_summary
 from evalpipe.scoring.stats import wilson
 
@@ -33,6 +39,7 @@ COST_FIELDS = [("prompt_tokens", "prompt tokens"), ("prefix_tokens", "of which s
                ("probe_decode_tps", "decode tokens/s (unbatched)"),
                ("ttft_ms", "time to first token ms (under load)"),
                ("wall_ms", "wall ms (under load)")]
+FACETS = ("model", "format", "toolset", "retrieval_mode", "retrieval_method")
 RATIO_FIELDS = ["prompt_tokens", "completion_tokens", "prefill_compute_ms", "probe_ttft_ms",
                 "ttft_ms", "wall_ms"]
 
@@ -61,7 +68,7 @@ def suites_of(run: RunData) -> list[str]:
 
 
 def build_report(run: RunData) -> dict[str, Any]:
-    """{run_id, k, suites, cells, accuracy, categories, cost, repeats, audit}
+    """{run_id, run, k, suites, cells, accuracy, categories, cost, repeats, audit}
     (see docs/reports.md)."""
     k = run.k
     cells = run.cells()
@@ -76,6 +83,10 @@ def build_report(run: RunData) -> dict[str, Any]:
                           "parameters_source": source, "baseline": bases.get(c),
                           "fingerprint": run.cell_info(c).get("fingerprint")})
 
+    # model, format, toolset and retrieval beside each row's cell id, so tables and
+    # exports group by them without parsing the id
+    facet_of = {r["cell_id"]: {k: r[k] for k in FACETS} for r in cell_rows}
+
     accuracy = []
     for c in cells:
         for s in suites:
@@ -83,7 +94,7 @@ def build_report(run: RunData) -> dict[str, Any]:
             if g is None:
                 continue
             rates = _rates(g)
-            accuracy.append({"cell_id": c, "suite": s, "n": g.get("n"),
+            accuracy.append({"cell_id": c, **facet_of[c], "suite": s, "n": g.get("n"),
                              "n_infra": g.get("n_infra", 0),
                              "n_tool_failure": g.get("n_tool_failure", 0),
                              "n_scorer_error": g.get("n_scorer_error", 0),
@@ -107,7 +118,7 @@ def build_report(run: RunData) -> dict[str, Any]:
             lo, hi = wilson(cnt, n)
             shares[cat] = {"rate": cnt / n if n else None, "n": n, "lo": lo, "hi": hi,
                            "count": cnt}
-        categories.append({"cell_id": c, "n": n, "counts": counts, "shares": shares,
+        categories.append({"cell_id": c, **facet_of[c], "n": n, "counts": counts, "shares": shares,
                            "subtypes": g.get("subtypes", {}), "flags": g.get("flags", {})})
 
     probe = probe_summary(run.probe)
@@ -124,7 +135,8 @@ def build_report(run: RunData) -> dict[str, Any]:
         if g is None:
             continue
         fields = cost_fields(c)
-        row = {"cell_id": c, "baseline": bases.get(c), "n": g.get("n"),
+        row = {"cell_id": c, **facet_of[c], "baseline": bases.get(c), "n": g.get("n"),
+               "cached": (g.get("cost") or {}).get("cached_samples", 0),
                "probe_n": (probe.get(c) or {}).get("n", 0), "fields": fields, "ratios": {}}
         base = cost_fields(bases.get(c)) if bases.get(c) else {}
         for f in RATIO_FIELDS:
@@ -137,7 +149,10 @@ def build_report(run: RunData) -> dict[str, Any]:
     repeats = [{"cell_id": c, **groups[(c, "all")]["repeats"]} for c in cells
                if (groups.get((c, "all")) or {}).get("repeats")]
 
-    return {"run_id": run.run_id, "k": k, "scorer_version": run.scores.get("scorer_version"),
+    facts = run_facts(run.manifest)
+    facts["models"] = list(dict.fromkeys([*facts["models"],
+                                          *(c["model"] for c in cell_rows if c["model"])]))
+    return {"run_id": run.run_id, "run": facts, "k": k, "scorer_version": run.scores.get("scorer_version"),
             "rescored": run.rescored, "suites": suites, "cells": cell_rows,
             "category_order": order, "accuracy": accuracy, "categories": categories,
             "cost": cost, "repeats": repeats, "audit": run.audit,

@@ -39,6 +39,13 @@ def find_samples(run_dir: str | Path, question_id: str, cell: str | None = None
     return mine, block_texts(s for s in samples if s["cell_id"] in wanted)
 
 
+def _text(value: Any) -> str:
+    """A recorded field as text, whatever a damaged or older record holds there."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
 def _rule(text: str) -> str:
     return f"----- {text} " + "-" * max(0, 72 - len(text))
 
@@ -61,7 +68,9 @@ def render_sample(sample: dict[str, Any], texts: dict[str, str]) -> str:
                    f"holding a block was removed; hash {t.get('prompt_hash')}]")
         out.append(_rule(f"turn {t['index']} · reply ({t.get('finish_reason')}, "
                          f"{t.get('completion_tokens')} tokens)"))
-        out.append(t.get("raw") or "")
+        out.append(_text(t.get("raw")))
+        if t.get("malformed"):
+            out.append(f"  malformed reply: {_text(t['malformed'])}")
         for e in t.get("tool_events") or []:
             result = (f"{e.get('error')}: {e.get('error_message')}" if e.get("error")
                       else json.dumps(e.get("result"), ensure_ascii=False, default=str))
@@ -70,7 +79,7 @@ def render_sample(sample: dict[str, Any], texts: dict[str, str]) -> str:
         for p in t.get("parse_errors") or []:
             out.append(f"  parse error {p.get('kind')}: {p.get('message')}")
     out.append(_rule("final answer"))
-    out.append(sample.get("final_answer") or "")
+    out.append(_text(sample.get("final_answer")))
     if sample.get("error"):
         out.append(f"error: {sample['error']}")
     return "\n".join(out) + "\n"

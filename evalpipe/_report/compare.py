@@ -11,24 +11,36 @@ pairs). The noise floor is the smallest difference the two runs' sizes and
 spreads could detect (scoring.stats.detectable_difference).
 
 The gate: a metric regresses when the drop is larger than the threshold AND the
-whole interval lies below zero: diff < -threshold and hi < 0.
+whole interval lies below zero: diff < -threshold and hi < 0. Before that, the gate
+asks whether there is anything to judge (`not_compared`): a comparison with no
+matched cell, grids that differ, fewer than MIN_PAIRS paired questions, or a run
+whose matched cells are mostly infrastructure errors cannot vouch for "no regression".
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from evalpipe._report.load import RunData
 from evalpipe.errors import InputError
-from evalpipe.report.load import RunData
-from evalpipe.scoring.stats import cluster_bootstrap, detectable_difference
+from evalpipe.scoring.stats import Z80, Z95, cluster_bootstrap, detectable_difference
 
 METRICS = ("exact", "format_valid", "plan_exact", "recall@k")
 BINARY = {"exact", "format_valid", "plan_exact"}
 POOLED = "(all matched cells)"
+
+# The fewest paired questions the gate judges: below this, the noise floor of a binary
+# metric at its widest spread (50% right in both runs) is over 50 points, so even a
+# drop from every question right to half of them right would be missed more often than
+# not (docs/reports.md). (z.975 + z.80)^2 * (0.25 + 0.25) / 0.5^2 = 15.7 -> 16.
+WIDEST_FLOOR = 0.5
+MIN_PAIRS = math.ceil((Z95 + Z80) ** 2 * (0.25 + 0.25) / WIDEST_FLOOR ** 2)
+MOSTLY = 0.5  # a run whose matched cells are more than half infra errors is not judged
 
 
 class CompareRefused(InputError):
@@ -108,6 +120,12 @@ class Comparison:
     questions_changed: list[str]
     repeats_a: int = 1
     repeats_b: int = 1
+    # Why the gate cannot judge these runs, most basic reason first; [] when it can.
+    not_compared: list[str] = field(default_factory=list)
+
+    @property
+    def comparable(self) -> bool:
+        return not self.not_compared
 
     @property
     def regressions(self) -> list[tuple[str, MetricDiff]]:
@@ -146,6 +164,18 @@ def settings_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         if va != vb:
             out.append(f"{key}: {va!r} -> {vb!r}")
     return out
+
+
+def served_change(a: Any, b: Any) -> str:
+    """What differs between two runs' records of the model their server ran (manifest
+    cells[...]["served"]); "" when both match or either run did not record one."""
+    if not isinstance(a, dict) or not isinstance(b, dict) or "unknown" in a or "unknown" in b:
+        return ""
+    diff = settings_diff(a, b)
+    if any(d.startswith("probe:") for d in diff):
+        diff = [d if not d.startswith("probe:") else
+                "the reply to the probe differs" for d in diff]
+    return "; ".join(diff)
 
 
 def match_cells(a: RunData, b: RunData, strict: bool = False
@@ -198,6 +228,11 @@ def match_cells(a: RunData, b: RunData, strict: bool = False
     for c in b.cells():
         if c not in used:
             warnings.append(f"cell {c!r} is only in B; not compared")
+    for ca, cb, _ in matches:  # the fingerprint leaves out what the server says it runs
+        changed = served_change(a.cell_info(ca).get("served"), b.cell_info(cb).get("served"))
+        if changed:
+            msg = f"cell {cb!r}: the served model changed ({changed})"
+            (refused if strict else warnings).append(msg)
     if refused:
         raise CompareRefused("--strict: cells are not the same experiment: "
                              + " | ".join(refused))
@@ -342,9 +377,67 @@ def compare_runs(a: RunData, b: RunData, *, threshold: float = 0.02, strict: boo
     if len(cells) > 1:
         pooled = _cell_comparison(POOLED, POOLED, "pooled", pooled_pairs, pooled_infra,
                                   threshold, resamples, seed)
+    compared = len({qid for qid, _, _ in pooled_pairs})
     return Comparison(a.run_id, b.run_id, str(a.path), str(b.path), a.k, threshold, resamples,
                       seed, warnings, cells, pooled, len(shared), only_a, only_b, changed,
-                      repeats_a=a.repeats, repeats_b=b.repeats)
+                      repeats_a=a.repeats, repeats_b=b.repeats,
+                      not_compared=_not_compared(a, b, matches, shared, compared))
+
+
+def _not_compared(a: RunData, b: RunData, matches: list[tuple[str, str, str]],
+                  shared: list[str], compared: int) -> list[str]:
+    """Why the gate cannot judge runs A and B, most basic reason first ([] if it can):
+    nothing to pair, grids that differ, a matched cell without samples, a run whose
+    matched cells are mostly infrastructure errors, too few paired questions."""
+    reasons = []
+    mine = {"A": {ca for ca, _, _ in matches}, "B": {cb for _, cb, _ in matches}}
+    if not matches:
+        reasons.append(f"no cell of B matches a cell of A (A has {_ids(a.cells(), 5) or 'none'}; "
+                       f"B has {_ids(b.cells(), 5) or 'none'})")
+    else:
+        alone = [f"only in {name}: {_ids(missing, 5)}" for name, run in (("A", a), ("B", b))
+                 if (missing := [c for c in run.cells() if c not in mine[name]])]
+        if alone:
+            reasons.append("the grids differ (cells " + "; ".join(alone) + ")")
+    if not shared:
+        reasons.append("the runs share no question")
+    for name, run in (("A", a), ("B", b)):
+        samples = [s for s in run.scores.get("samples", []) if s["cell_id"] in mine[name]]
+        empty = sorted(mine[name] - {s["cell_id"] for s in samples})
+        if empty:
+            reasons.append(f"matched cell(s) without samples in {name}: {_ids(empty, 5)}")
+        infra = sum(bool(s.get("infra")) for s in samples)
+        if samples and infra > MOSTLY * len(samples):
+            reasons.append(f"{infra} of {len(samples)} samples of {name} in the matched cells are "
+                           f"infrastructure errors (the backend failed): fix it, then `evalpipe "
+                           f"run --resume {run.path} --retry-infra`")
+    if matches and shared and compared < MIN_PAIRS:
+        reasons.append(f"only {compared} question(s) were paired; the gate needs at least "
+                       f"{MIN_PAIRS} (with fewer, even a 50-point drop is missed more often "
+                       "than not)")
+    return reasons
+
+
+def cost_changes(cmp: Comparison, a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per matched cell, each cost field's mean in A and in B and their ratio B / A, from
+    the two runs' report data (build.build_report). Means only: costs are not gated."""
+    from evalpipe._report.build import COST_FIELDS
+
+    cost_a = {r["cell_id"]: r["fields"] for r in a["cost"]}
+    cost_b = {r["cell_id"]: r["fields"] for r in b["cost"]}
+    out = []
+    for cc in cmp.cells:
+        fa, fb = cost_a.get(cc.a_cell) or {}, cost_b.get(cc.b_cell) or {}
+        rows = []
+        for name, label in COST_FIELDS:
+            ma = (fa.get(name) or {}).get("mean")
+            mb = (fb.get(name) or {}).get("mean")
+            if ma is None and mb is None:
+                continue
+            rows.append({"field": name, "label": label, "a": ma, "b": mb,
+                         "ratio": mb / ma if ma and mb is not None else None})
+        out.append({"a_cell": cc.a_cell, "b_cell": cc.b_cell, "fields": rows})
+    return out
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -367,7 +460,7 @@ def _p(m: MetricDiff) -> str:
     return "-" if m.p_mcnemar is None else f"{m.p_mcnemar:.3g}"
 
 
-def _metric_rows(cc: CellComparison, k: int) -> list[list[str]]:
+def metric_rows(cc: CellComparison, k: int) -> list[list[str]]:
     rows = []
     named = []
     for m in cc.metrics:
@@ -416,7 +509,7 @@ def render_text(cmp: Comparison) -> str:
         out.append("")
         out.append(f"== {title}  [{cc.matched_by}; {cc.n_pairs} pairs"
                    + (f", {cc.n_infra} infra left out" if cc.n_infra else "") + "]")
-        rows = _metric_rows(cc, cmp.k)
+        rows = metric_rows(cc, cmp.k)
         widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
         for r in [HEADER, *rows]:
             out.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
@@ -427,12 +520,14 @@ def render_text(cmp: Comparison) -> str:
             for f, t, n in cc.category_moves:
                 out.append(f"    {f} -> {t}: {n}")
     out.append("")
-    out.append(_summary_line(cmp))
+    out.append(summary_line(cmp))
     return "\n".join(out) + "\n"
 
 
-def _summary_line(cmp: Comparison) -> str:
+def summary_line(cmp: Comparison) -> str:
     regs = cmp.regressions
+    if cmp.not_compared:
+        return "verdict: NOT COMPARED: " + "; ".join(cmp.not_compared)
     if not regs:
         return "verdict: no significant regression"
     items = "; ".join(f"{c} {_metric_name(m.metric, cmp.k)} {_pct(m.diff, True)} pts "
@@ -441,15 +536,15 @@ def _summary_line(cmp: Comparison) -> str:
 
 
 def render_markdown(cmp: Comparison) -> str:
-    from evalpipe.report.tables import markdown_table
+    from evalpipe._report.tables import markdown_table
 
     def esc(s: str) -> str:
         return s.replace("|", "\\|")
 
     regs = cmp.regressions
-    icon = ":x:" if regs else ":white_check_mark:"
+    icon = ":warning:" if cmp.not_compared else ":x:" if regs else ":white_check_mark:"
     out = [f"## evalpipe compare: `{cmp.run_a}` -> `{cmp.run_b}`\n",
-           f"{icon} **{_summary_line(cmp).removeprefix('verdict: ')}**\n",
+           f"{icon} **{summary_line(cmp).removeprefix('verdict: ')}**\n",
            (f"Paired over {cmp.questions_shared} shared questions. Differences are B - A in "
             f"percentage points with a paired bootstrap 95% interval ({cmp.resamples} "
             f"resamples, seed {cmp.seed}); McNemar's exact test for binary metrics. A metric "
@@ -463,7 +558,7 @@ def render_markdown(cmp: Comparison) -> str:
         title = cc.b_cell if cc.a_cell == cc.b_cell else f"{cc.a_cell} -> {cc.b_cell}"
         out.append(f"### `{title}` ({cc.matched_by}, {cc.n_pairs} pairs)\n")
         out.append(markdown_table(HEADER, [[esc(c) for c in r] for r in
-                                           _metric_rows(cc, cmp.k)]))
+                                           metric_rows(cc, cmp.k)]))
         if cc.right_to_wrong or cc.wrong_to_right or cc.category_moves:
             out.append("<details><summary>flips and category moves</summary>\n")
             out.append(f"- right -> wrong ({len(cc.right_to_wrong)}): "
