@@ -413,6 +413,8 @@ class Run:
             if not any(todo.values()) or stop:
                 continue
             backend = load_backend(model)
+            if (line := backend.log_line()) is not None:  # which path it takes, and why
+                self.echo(line)
             facts = backend.describe()
             served = backend.served_identity() if on_cell is not None else None
             runtimes = [_runtime(cell, backend, facts, config, self.corpus, self.questions)

@@ -36,16 +36,17 @@ def tiny_gemma3_dir(tiny_model_dir, tmp_path_factory):
     return out
 
 
-def test_a_llama_model_takes_the_loop_and_the_log_says_so(tiny_model_dir, capsys):
+def test_a_llama_model_takes_the_loop_and_the_log_says_so(tiny_model_dir, capfd):
     backend = TransformersBackend(str(tiny_model_dir))
+    assert capfd.readouterr() == ("", "")  # the caller's log says it (Backend.log_line)
     engine = backend.describe()["engine"]
     assert engine["path"] == "batching loop"
     assert engine["why"] == "every attention layer keeps a full cache"
     assert engine["fused_layers"] == "2 of 2" and engine["unfused"] == {}
     assert set(engine["kernels"]) == {"own_attention", "panel_linear", "rotary"}
     assert engine["transformers"]
-    log = capsys.readouterr().err
-    assert engine_line(str(tiny_model_dir), engine) in log
+    log = backend.log_line()
+    assert log == engine_line(str(tiny_model_dir), engine)
     assert f"{tiny_model_dir}: batching loop (every attention layer keeps a full cache); " \
            "fused layers 2 of 2" in log
     if shutil.which("cc") or shutil.which("gcc"):
@@ -53,14 +54,14 @@ def test_a_llama_model_takes_the_loop_and_the_log_says_so(tiny_model_dir, capsys
         assert "panel_linear" in log and "lanes" in log and "-march=native" in log
 
 
-def test_gemma3_takes_generate_and_the_log_says_why(tiny_gemma3_dir, capsys):
+def test_gemma3_takes_generate_and_the_log_says_why(tiny_gemma3_dir):
     backend = TransformersBackend(str(tiny_gemma3_dir))
     assert backend.generation == "hf"
     engine = backend.describe()["engine"]
     assert engine["path"] == "model.generate"
     assert "sliding_attention" in engine["why"] and "kernels" not in engine
     assert f"{tiny_gemma3_dir}: model.generate (its cache has sliding_attention layers; the " \
-           "batching loop keeps full-attention caches only)" in capsys.readouterr().err
+           "batching loop keeps full-attention caches only)" == backend.log_line()
 
 
 def test_an_asked_for_path_says_it_was_asked_for(tiny_model_dir, capsys):
@@ -85,7 +86,7 @@ def test_the_manifest_records_each_models_path_and_kernels(tmp_path, tiny_model_
                           "--out", str(tmp_path / "o")], check=False, capture_output=True, text=True,
                          env=env)
     assert ran.returncode == 0, ran.stderr
-    assert f"{tiny_model_dir}: batching loop" in ran.stderr
+    assert f"{tiny_model_dir}: batching loop" in ran.stdout  # the run's log
     (run_dir,) = [p for p in (tmp_path / "o").iterdir() if p.name != "latest"]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     for cell in manifest["cells"].values():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 from pathlib import Path
 
 import helpers
@@ -130,12 +131,16 @@ def scores_of(run: Path) -> dict:
 
 
 @pytest.fixture
-def grid(tmp_path, tiny_model_dir):
+def grid_path(tmp_path, tiny_model_dir) -> Path:
     """Three cells of the tiny model (no tools; hermes and json with the calculator)."""
-    path = make_config(tmp_path, tiny_model_dir, n=12, toolsets=["none", "calculator"],
+    return make_config(tmp_path, tiny_model_dir, n=12, toolsets=["none", "calculator"],
                        formats=["hermes", "json"],
                        generation={"max_new_tokens": 12, "batch_size": 4})
-    config = load_config(path)
+
+
+@pytest.fixture
+def grid(grid_path):
+    config = load_config(grid_path)
     assert len(config.cells()) == 3
     return config
 
@@ -196,3 +201,37 @@ def test_cells_with_other_generation_settings_do_not_share_a_session():
     backend = object()
     with pytest.raises(ValueError, match="same generation settings"):
         list(Engine().run_cells([(_Cell(backend, 0), []), (_Cell(backend, 1), [])], "r"))
+
+
+def test_bench_overhead_times_the_shared_session_and_the_cells_apart_alike(
+        tmp_path, tiny_model_dir, monkeypatch, capsys):
+    """bench/bench_overhead.py's two modes on the tiny model: the same replies, and the
+    shared session in fewer decode steps (what the benchmark's speed-up comes from: with
+    rows to spare in a step, one step serves several cells)."""
+    grid_path = make_config(tmp_path, tiny_model_dir, n=12, toolsets=["none", "calculator"],
+                            formats=["hermes", "json"],
+                            generation={"max_new_tokens": 12, "batch_size": 64})
+    monkeypatch.syspath_prepend(str(helpers.REPO / "bench"))
+    import bench_overhead
+    import machine
+
+    from evalpipe.backends import transformers_backend as tb
+
+    runs = {}
+    for mode in ("together", "apart"):
+        with monkeypatch.context() as m:  # the benchmark wraps these methods for its timings
+            m.setattr(tb.TransformersBackend, "__init__", tb.TransformersBackend.__init__)
+            m.setattr(tb._LoopSession, "submit", tb._LoopSession.submit)
+            m.setattr(tb._LoopSession, "poll", tb._LoopSession.poll)
+            m.setattr(machine, "matmul_rate", lambda: 1e11)  # the floor's probe, not tested
+            m.chdir(tmp_path)
+            args = ["--config", str(grid_path), "--keep", str(tmp_path / mode)]
+            assert bench_overhead.main(args + (["--cells-apart"] if mode == "apart" else [])) == 0
+        printed = capsys.readouterr().out
+        assert ("one session per model" if mode == "together" else "each in its own session") \
+            in printed
+        steps = int(re.search(r"; (\d+) decode steps", printed).group(1))
+        runs[mode] = [strip_timings(s) for s in samples_of(run_dir_of(tmp_path / mode))], steps
+    (together, shared_steps), (apart, apart_steps) = runs["together"], runs["apart"]
+    assert len(together) == 36 and together == apart
+    assert 0 < shared_steps < apart_steps

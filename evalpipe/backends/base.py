@@ -127,6 +127,11 @@ class Backend(ABC):
         """Facts for the manifest and the cell fingerprint."""
         return {"model_id": self.model_id}
 
+    def log_line(self) -> str | None:
+        """One line for the run's log on how this backend runs its model (which path, and
+        why); None: nothing to say."""
+        return None
+
     def served_identity(self) -> dict[str, Any] | None:
         """What the model that answers says it is, observed at run time, for a backend
         whose describe() cannot know it (a server may swap the model behind a name):

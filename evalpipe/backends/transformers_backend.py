@@ -147,7 +147,6 @@ class TransformersBackend(Backend):
         self.batcher = batching.BatchGenerator(self.model, self.eos_ids,
                                                self.tokenizer.pad_token_id, self.prefix_store)
         self.engine = self._engine_facts()
-        self.batcher.log(engine_line(model_id, self.engine))  # the run's log: which path, why
 
     def _eos_ids(self) -> list[int]:
         ids = self.model.generation_config.eos_token_id
@@ -178,6 +177,9 @@ class TransformersBackend(Backend):
     @property
     def template_supports_tools(self) -> bool:
         return "tools" in (self.tokenizer.chat_template or "")
+
+    def log_line(self) -> str:
+        return engine_line(self.model_id, self.engine)
 
     def describe(self) -> dict[str, Any]:
         config = self.model.config
