@@ -6,7 +6,7 @@ the user cache, for this CPU (`-march=native`) unless `EVALPIPE_KERNEL_MARCH`
 names another target (the tests build every vector width simd.h has this way).
 Where no compiler is found or the build fails, `load` returns None and the
 caller keeps torch's own operations; `state` says which, and why, for the
-run's manifest and log, and a failed build is logged once.
+run's manifest and log, and a failed build is warned once (EngineWarning).
 `EVALPIPE_NATIVE_KERNELS=0` turns every kernel off.
 
 The ctypes signatures are read from the C source itself (`signatures`): every
@@ -26,10 +26,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from evalpipe.errors import EngineWarning
 
 KERNELS = Path(__file__).parent / "kernels"
 FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp")
@@ -47,8 +50,8 @@ LEVELS: dict[str, tuple[str, ...]] = {
 C_TYPES: dict[str, Any] = {"int64_t": ctypes.c_int64, "int": ctypes.c_int,
                            "float": ctypes.c_float, "void": None, "pointer": ctypes.c_void_p}
 
-# Where a build failed although a compiler is here (logged once per kernel and target).
-log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)
+# Where a build failed although a compiler is here (said once per kernel and target).
+log: Callable[[str], None] = lambda line: warnings.warn(EngineWarning(line), stacklevel=3)
 
 
 def enabled() -> bool:
@@ -192,7 +195,7 @@ def _load(source: Path, target: str) -> Kernel:
     path, version, why = compile_kernel(source, target)
     if path is None:
         if compiler() is not None:  # a compiler that fails: a fault to see, not a fallback
-            log(f"warning: the {source.stem} kernel did not build for -march={target}: {why}; "
+            log(f"the {source.stem} kernel did not build for -march={target}: {why}; "
                 "the engine runs torch's slower operations instead")
         return Kernel(source.stem, None, target, version, why)
     missing = missing_flags(target)
@@ -205,7 +208,7 @@ def _load(source: Path, target: str) -> Kernel:
             function = getattr(lib, name)
             function.restype, function.argtypes = restype, argtypes
     except (OSError, AttributeError, ValueError) as exc:
-        log(f"warning: the {source.stem} kernel did not load: {exc}")
+        log(f"the {source.stem} kernel did not load: {exc}")
         return Kernel(source.stem, None, target, version, f"it did not load: {exc}")
     return Kernel(source.stem, lib, target, version)
 
