@@ -34,6 +34,7 @@ from evalpipe import jsonl
 from evalpipe.errors import DataWarning, EvalpipeError, InputError, StorageError
 from evalpipe.identity import sample_key
 from evalpipe.questions import Question, parse_question
+from evalpipe.records import SampleRecord
 
 PACKAGES = ("evalpipe", "torch", "transformers", "datasets", "scikit-learn", "numpy", "gguf",
             "accelerate", "jsonschema")
@@ -260,7 +261,7 @@ class RunStore:
         """Replace judgements.jsonl whole (one record per judged sample)."""
         self.write_text("judgements.jsonl", "".join(jsonl.dumps(r) for r in records))
 
-    def iter_samples(self, path: Path | None = None) -> Iterator[dict[str, Any]]:
+    def iter_samples(self, path: Path | None = None) -> Iterator[SampleRecord]:
         """Every complete sample, streamed, once: a torn last line is dropped and a
         second record of a (cell, question, repeat) is skipped, each with a DataWarning."""
         path = path or self.samples_path
@@ -285,7 +286,7 @@ class RunStore:
         judgements.jsonl), as written; none when the file is absent."""
         yield from (record for _, _, record in jsonl.scan(path))
 
-    def read_samples(self, repair: bool = False) -> list[dict[str, Any]]:
+    def read_samples(self, repair: bool = False) -> list[SampleRecord]:
         """Every complete sample, once; a torn last line (from a kill mid-write) is
         dropped, and with repair=True also cut from the file so appends continue cleanly."""
         if repair:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.errors import InputError
+from evalpipe.records import SampleRecord
 from evalpipe.questions import Question
 from evalpipe.store import RunStore, require_finished, run_status
 
@@ -22,7 +23,7 @@ class RunData:
     path: Path
     manifest: dict[str, Any]
     questions: dict[str, Question]
-    samples: list[dict[str, Any]]
+    samples: list[SampleRecord]
     scores: dict[str, Any]
     rescored: bool = False  # scores computed here because scores.json was missing
     audit: dict[str, Any] | None = None  # audit.json, written by `evalpipe audit`
@@ -92,7 +93,7 @@ def load_run(path: str | Path, allow_partial: bool = False) -> RunData:
 
 
 def score_in_memory(manifest: dict[str, Any], questions: dict[str, Question],
-                    samples: list[dict[str, Any]], k: int | None = None,
+                    samples: list[SampleRecord], k: int | None = None,
                     judgements: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     from evalpipe.scoring.run import score_records
 

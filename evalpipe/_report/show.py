@@ -13,11 +13,12 @@ from typing import Any
 
 from evalpipe.errors import InputError
 from evalpipe.prompts import block_texts, turn_prompt
+from evalpipe.records import SampleRecord
 from evalpipe.store import RunStore
 
 
 def find_samples(run_dir: str | Path, question_id: str, cell: str | None = None
-                 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+                 ) -> tuple[list[SampleRecord], dict[str, str]]:
     """The samples of `question_id` (in one cell, or every cell), and the prompt block
     texts of their cells."""
     store = RunStore(run_dir)

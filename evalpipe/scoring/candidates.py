@@ -125,7 +125,7 @@ GUESS_MARKERS = tuple(text_key(w) for w in (
 def restatements(reply: str, numbers: list[Number]) -> set[int]:
     """Indices of numbers that are not candidates: a restatement of another (an
     approximation, a scale word) or one the reply rejects ("294 is wrong")."""
-    out = set()
+    out: set[int] = set()
     if len(numbers) < 2:
         return out
     for i, n in enumerate(numbers):
