@@ -104,7 +104,7 @@ def test_every_value_fits_its_declared_type(which):
     records = scored_samples() if which == "scored" else [unscored_sample()]
     for out in records:
         for key, value in out.items():
-            assert fits(value, HINTS[key]), f"{out['category']}: {key}={value!r} is not {HINTS[key]}"
+            assert fits(value, HINTS[key]), f"{out['category']}: {key}={value!r}: {HINTS[key]}"
 
 
 def test_every_declared_alternative_occurs():

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.errors import InputError
-from evalpipe.records import SampleRecord
 from evalpipe.questions import Question
+from evalpipe.records import SampleRecord
 from evalpipe.store import RunStore, require_finished, run_status
 
 # Parameter counts of the registered aliases, used when a run's manifest does not
