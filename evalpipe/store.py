@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from evalpipe import jsonl
 from evalpipe.errors import DataWarning, EvalpipeError, InputError, StorageError
@@ -57,7 +57,7 @@ def storage(path: Path, what: str = "write"):
 
 
 def package_versions() -> dict[str, str | None]:
-    out = {}
+    out: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             out[name] = metadata.version(name)
@@ -87,7 +87,7 @@ def machine() -> dict[str, Any]:
 class RunStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self._lock_file = None
+        self._lock_file: TextIO | None = None  # held open while this process writes
 
     @property
     def samples_path(self) -> Path:
@@ -106,20 +106,21 @@ class RunStore:
         """Hold the run's lock for as long as this process writes it."""
         with storage(self.path, "create the run directory"):
             self.path.mkdir(parents=True, exist_ok=True)
-            self._lock_file = open(self.path / ".lock", "a+")
+            # closed by unlock(): the lock lasts as long as the file is open
+            lock_file = open(self.path / ".lock", "a+")  # noqa: SIM115
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._lock_file.seek(0)
-            holder = self._lock_file.read().strip() or "another process"
-            self._lock_file.close()
-            self._lock_file = None
+            lock_file.seek(0)
+            holder = lock_file.read().strip() or "another process"
+            lock_file.close()
             raise RunLockedError(f"{self.path} is being written by {holder}; refusing a second "
                                  "writer") from None
-        self._lock_file.seek(0)
-        self._lock_file.truncate()
-        self._lock_file.write(f"pid {os.getpid()} on {platform.node()}\n")
-        self._lock_file.flush()
+        lock_file.seek(0)
+        lock_file.truncate()
+        lock_file.write(f"pid {os.getpid()} on {platform.node()}\n")
+        lock_file.flush()
+        self._lock_file = lock_file
 
     def unlock(self) -> None:
         self.release()

@@ -139,12 +139,13 @@ class Toolset:
         if problem:
             event.error, event.error_message = problem
             return event
-        if self.tools[call.name].fn is None:  # schema-only: validated, never run
+        fn = self.tools[call.name].fn
+        if fn is None:  # schema-only: validated, never run
             event.result = self.stub_result
             return event
         start = time.perf_counter()
         try:
-            result = run_bounded(self.tools[call.name].fn, call.arguments, self.limits.timeout_s)
+            result = run_bounded(fn, call.arguments, self.limits.timeout_s)
         except ToolTimeout:
             event.error, event.error_message = "timeout", f"no result within {self.limits.timeout_s} s"
         except Exception as exc:  # noqa: BLE001 -- a tool's own failure is reported to the model
