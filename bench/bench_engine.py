@@ -1,14 +1,19 @@
 """evalpipe's batched engine vs a plain one-question-at-a-time agent loop.
 
-    python bench/bench_engine.py            # 64 questions
-    python bench/bench_engine.py --n 16     # quicker
+    python bench/bench_engine.py                                # 64 questions
+    python bench/bench_engine.py --n 16                         # quicker
+    python bench/bench_engine.py --model qwen2.5-coder-0.5b --n 16
 
-Both sides use the default model (smollm2-135m, float32), the hermes format, the
-calculator tools and the same questions (datasets/arithmetic.jsonl and
-datasets/plan.jsonl, interleaved; synthesised when absent). The plain loop is
-the tutorial way: for each question, apply_chat_template + model.generate per
-turn, parse the reply, run the tools, repeat. Prints questions/second of each,
-their ratio, and the share of questions with identical final answers.
+Three sides, each run once per round, the rounds alternating: the engine batched,
+the engine with a batch cap of 1 (one conversation at a time) and the plain
+model.generate loop. Every side uses the same model (default smollm2-135m,
+float32), the hermes format, the calculator tools and the same questions
+(datasets/arithmetic.jsonl and datasets/plan.jsonl, interleaved; synthesised when
+absent). The plain loop is the tutorial way: for each question,
+apply_chat_template + model.generate per turn, parse the reply, run the tools,
+repeat. Prints tokens/second (median and range) and questions/second of each, the
+load before and after each run, and how many final answers equal the batched
+engine's.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from machine import load_note
 
 MAX_TURNS = 5
 
@@ -76,9 +80,9 @@ def make_runtime(backend, toolset_name: str = "calculator", max_new_tokens: int 
         max_turns=MAX_TURNS)
 
 
-def run_engine(runtime, questions) -> tuple[float, dict[str, str], float]:
-    """Wall seconds, final answer per question id, and seconds inside the model
-    (the backend session's submit and poll)."""
+def run_engine(runtime, questions) -> tuple[float, dict[str, str], float, int]:
+    """Wall seconds, final answer per question id, seconds inside the model (the backend
+    session's submit and poll) and tokens generated."""
     from evalpipe.engine import Engine
 
     inside = 0.0
@@ -98,15 +102,17 @@ def run_engine(runtime, questions) -> tuple[float, dict[str, str], float]:
         session.submit, session.poll = timed(session.submit), timed(session.poll)
         return session
 
-    answers = {}
+    answers, tokens = {}, 0
     t0 = time.perf_counter()
     for samples in Engine(open_session).run(runtime, questions, "bench"):
         for s in samples:
             answers[s.question_id] = s.final_answer
-    return time.perf_counter() - t0, answers, inside
+            tokens += sum(t["completion_tokens"] or 0 for t in s.turns)
+    return time.perf_counter() - t0, answers, inside, tokens
 
 
 def one_at_a_time(runtime, questions, complete) -> tuple[float, dict[str, str]]:
+    # complete(wire) returns the reply's text; the caller counts its tokens.
     """The tutorial agent loop: one question at a time, one `complete(wire messages)`
     call per turn, the same prompts, parsing and tools as the engine."""
     from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, FORMAT_FEEDBACK
@@ -145,59 +151,93 @@ def one_at_a_time(runtime, questions, complete) -> tuple[float, dict[str, str]]:
     return time.perf_counter() - t0, answers
 
 
-def run_plain(backend, runtime, questions) -> tuple[float, dict[str, str]]:
-    """apply_chat_template + model.generate per turn, as tutorials write it."""
+def run_plain(backend, runtime, questions) -> tuple[float, dict[str, str], int]:
+    """apply_chat_template + model.generate per turn, as tutorials write it; with the
+    tokens generated."""
     import torch
 
     tok, model = backend.tokenizer, backend.model
+    tokens = 0
 
     def complete(wire):
+        nonlocal tokens
         text = tok.apply_chat_template(wire, add_generation_prompt=True, tokenize=False)
         ids = tok(text, return_tensors="pt", add_special_tokens=False)
         with torch.inference_mode():
             out = model.generate(**ids, max_new_tokens=runtime.generation.max_new_tokens,
                                  do_sample=False, eos_token_id=backend.eos_ids,
                                  pad_token_id=tok.pad_token_id)
-        return tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+        new = out[0, ids["input_ids"].shape[1]:]
+        tokens += int(new.shape[0])
+        return tok.decode(new, skip_special_tokens=True)
 
-    return one_at_a_time(runtime, questions, complete)
+    seconds, answers = one_at_a_time(runtime, questions, complete)
+    return seconds, answers, tokens
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m", help="model alias (or folder)")
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=64, help="the engine's batch cap")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="alternating rounds; each side runs once per round")
+    ap.add_argument("--sides", default="engine,engine-1,generate",
+                    help="of engine (batched), engine-1 (batch cap 1: one conversation at "
+                         "a time) and generate (the plain model.generate loop)")
     add_threads_option(ap)
     args = ap.parse_args(argv)
 
+    import statistics
+
     import torch
+    from machine import cpu_line, load_now
 
     from evalpipe.backends import load_backend
 
     use_threads(args.threads)
-    backend = load_backend({"id": "smollm2-135m", "dtype": args.dtype})
+    backend = load_backend({"id": args.model, "dtype": args.dtype})
     questions = bench_questions(args.n)
-    runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
-    # Warm-up (both sides): one short generation each, so neither pays first-call costs.
+    caps = {"engine": args.batch_size, "engine-1": 1}
+    sides = args.sides.split(",")
+    # Warm-up (every side): one short generation each, so none pays first-call costs.
     run_engine(make_runtime(backend, max_new_tokens=4), questions[:2])
     run_plain(backend, make_runtime(backend, max_new_tokens=4), questions[:1])
-    backend.prefix_store.clear()  # the engine starts cold, as a fresh run would
 
-    engine_s, engine_answers, inside = run_engine(runtime, questions)
-    plain_s, plain_answers = run_plain(backend, runtime, questions)
-    same = sum(engine_answers[q.id] == plain_answers[q.id] for q in questions)
+    rows: dict[str, list[tuple[float, int, float, float]]] = {side: [] for side in sides}
+    answers: dict[str, dict[str, str]] = {}
+    for _ in range(args.repeats):
+        for side in sides:
+            backend.prefix_store.clear()  # each side starts cold, as a fresh run would
+            before = load_now()
+            if side == "generate":
+                runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens)
+                seconds, got, tokens = run_plain(backend, runtime, questions)
+            else:
+                runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens,
+                                       batch_size=caps[side])
+                seconds, got, _, tokens = run_engine(runtime, questions)
+            rows[side].append((seconds, tokens, before, load_now()))
+            answers.setdefault(side, got)
+
     n = len(questions)
-    print(f"questions: {n} (hermes, calculator, max_new_tokens={args.max_new_tokens}, "
-          f"dtype={args.dtype}, batch cap {runtime.generation.batch_size}, "
-          f"torch threads {torch.get_num_threads()})")
-    print(f"evalpipe engine : {engine_s:8.1f} s  {n / engine_s:6.3f} q/s")
-    print(f"plain loop      : {plain_s:8.1f} s  {n / plain_s:6.3f} q/s")
-    print(f"engine time outside the model: {(engine_s - inside) / engine_s:.1%}")
-    print(f"throughput ratio: {plain_s / engine_s:.2f}x  (target >= 8x)")
-    print(f"identical final answers: {same}/{n} = {same / n:.0%}")
-    print(f"note: {load_note()}")
+    print(f"model {args.model}, {n} questions (hermes, calculator, up to {MAX_TURNS} turns, "
+          f"max_new_tokens={args.max_new_tokens}, dtype={args.dtype}, greedy), "
+          f"torch threads {torch.get_num_threads()}, {args.repeats} alternating rounds")
+    print(f"machine: {cpu_line()}")
+    print("| side | tokens/s median (range) | questions/s median | tokens | load before -> after "
+          "| final answers equal to engine's |")
+    print("|---|---|---|---|---|---|")
+    reference = answers.get("engine") or next(iter(answers.values()))
+    for side in sides:
+        rates = [tokens / seconds for seconds, tokens, _, _ in rows[side]]
+        qps = statistics.median(n / seconds for seconds, _, _, _ in rows[side])
+        loads = ", ".join(f"{b:.1f} -> {a:.1f}" for _, _, b, a in rows[side])
+        same = sum(answers[side][q.id] == reference[q.id] for q in questions)
+        print(f"| {side} | {statistics.median(rates):.1f} ({min(rates):.1f}-{max(rates):.1f}) "
+              f"| {qps:.3f} | {rows[side][0][1]} | {loads} | {same}/{n} |")
     return 0
 
 

@@ -42,7 +42,6 @@ from evalpipe.scoring.judging import (
 from evalpipe.scoring.score import gold_for
 from evalpipe.store import RunStore
 
-LABELS = Path(__file__).resolve().parents[1] / "tests" / "data" / "grading_labels.jsonl"
 DEFAULT_MAX_NEW_TOKENS = 64
 
 
@@ -127,15 +126,6 @@ def judge_run(run_dir: str | Path, judge: Judge, use: str = "undecided",
 def _item(q: Question, reply: str) -> dict[str, Any]:
     return {"question": q.question, "answer": q.answer, "aliases": list(q.aliases),
             "answer_type": q.answer_type, "lang": q.lang, "reply": reply}
-
-
-def load_labels(path: str | Path = LABELS) -> list[dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except FileNotFoundError:
-        raise InputError("labelled set not found", file=str(path),
-                         expected="a JSONL file of labelled replies") from None
 
 
 def judge_agreement(judge: Judge, labels: list[dict[str, Any]]) -> dict[str, Any]:

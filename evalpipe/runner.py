@@ -522,7 +522,9 @@ def run_judge(store: RunStore, settings: dict[str, Any], cache: GenerationCache 
     """The config's judge over a run (evalpipe.judge): judgements.jsonl, and with
     `agreement: true` its measured agreement with the labelled set in judge.json.
     Returns what the manifest records."""
-    from evalpipe.judge import LABELS, Judge, judge_agreement, judge_run, load_labels
+    from evalpipe.judge import Judge, judge_agreement, judge_run
+    from evalpipe.scoring.agreement import GRADING as LABELS
+    from evalpipe.scoring.agreement import load_labels
 
     judge = Judge(settings["model"], settings.get("max_new_tokens") or 64, cache)
     summary: dict[str, Any] = {"model": settings["model"], "use": settings.get("use"),

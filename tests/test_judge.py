@@ -11,9 +11,10 @@ from helpers import ScriptedBackend
 
 from evalpipe.cli import main
 from evalpipe.config import parse_config
-from evalpipe.judge import Judge, judge_agreement, judge_run, load_labels
+from evalpipe.judge import Judge, judge_agreement, judge_run
 from evalpipe.questions import Question
 from evalpipe.runner import score_run
+from evalpipe.scoring.agreement import load_labels
 from evalpipe.scoring.judging import combine, judge_messages, parse_verdict
 from evalpipe.scoring.synth import make_sample
 from evalpipe.store import RunStore

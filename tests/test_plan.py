@@ -115,14 +115,18 @@ def test_plan_says_which_runs_it_could_not_time(tmp_path):
         (folder / "manifest.json").write_text(json.dumps(manifest))
         (folder / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
 
-    cached = {"turns": [{"cached": True}]}
-    run("r1-cached", "2025-01-03T10:00:00+0000", [cached, cached])
-    run("r2-resumed", "2025-01-02T10:00:00+0000", [{"turns": [{}]}], resumed=["x"])
-    run("r3-other", "2025-01-01T10:00:00+0000", [{"turns": [{}]}],
+    def sample(question, **turn):
+        return {"cell_id": "m/-/none/no-rag", "question_id": question, "turns": [turn]}
+
+    run("r0-damaged", "2025-01-04T10:00:00+0000", [{"turns": [{}]}])  # not a sample record
+    run("r1-cached", "2025-01-03T10:00:00+0000", [sample("a", cached=True),
+                                                  sample("b", cached=True)])
+    run("r2-resumed", "2025-01-02T10:00:00+0000", [sample("a")], resumed=["x"])
+    run("r3-other", "2025-01-01T10:00:00+0000", [sample("a")],
         cells={"m/-/none/no-rag": cell, "n/-/none/no-rag": {"settings": {"model": {"id": "n"}}}})
     rate, skipped = last_run_rate(_manifests(tmp_path), model)
     assert rate is None
-    assert skipped == ["r1-cached (every reply came from the cache)",
+    assert skipped == ["r0-damaged (damaged)", "r1-cached (every reply came from the cache)",
                        "r2-resumed (resumed: its time spans more than one sitting)",
                        "r3-other (other models too)"]
     plan = {"config": "c.yaml", "cells": [], "questions": 1, "repeats": 1, "samples": 1,
@@ -131,4 +135,4 @@ def test_plan_says_which_runs_it_could_not_time(tmp_path):
                                     "skipped_runs": skipped}]}
     text = render_plan(plan)
     assert "no finished run of this model" not in text
-    assert "skipped: r1-cached (every reply came from the cache); r2-resumed" in text
+    assert "skipped: r0-damaged (damaged); r1-cached (every reply came from the cache)" in text

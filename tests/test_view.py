@@ -184,6 +184,23 @@ def test_the_cli_prints_the_url_and_refuses_a_missing_folder(tmp_path):
     assert res.exit_code == 2
 
 
+@pytest.mark.parametrize(("host", "warned"), [("127.0.0.1", False), ("localhost", False),
+                                              ("0.0.0.0", True)])
+def test_the_cli_warns_when_the_viewer_is_reachable_from_other_machines(
+        tmp_path, monkeypatch, host, warned):
+    from click.testing import CliRunner
+
+    from evalpipe.cli import main
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(ViewServer, "serve_forever", interrupted)
+    res = CliRunner().invoke(main, ["view", str(tmp_path), "--host", host, "--port", "0"])
+    assert res.exit_code == 0, res.output
+    assert "evalpipe view: http://" in res.output
+    assert ("has no login" in res.output) is warned
+
+
 def test_a_large_run_is_served_a_page_at_a_time(tmp_path):
     """Never the whole run: a page holds at most MAX_PAGE rows, the index keeps no raw
     sample (only where each line sits), and a transcript reads its own line."""

@@ -54,8 +54,10 @@ def judge(run_dir, judge_file, model, use, agreement, labels, limit):
     --agreement, print the judge's agreement with a labelled set next to the rules'."""
     from evalpipe.cache import GenerationCache
     from evalpipe.errors import InputError
-    from evalpipe.judge import LABELS, Judge, judge_agreement, judge_run, load_labels
+    from evalpipe.judge import Judge, judge_agreement, judge_run
     from evalpipe.runner import agreement_line, score_run
+    from evalpipe.scoring.agreement import GRADING as LABELS
+    from evalpipe.scoring.agreement import load_labels
     from evalpipe.store import RunStore
 
     if run_dir is None and not agreement:

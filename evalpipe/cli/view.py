@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+
 import click
 
 from evalpipe.cli.common import handle_errors
@@ -35,6 +38,9 @@ def view(outputs, host, port, log):
         raise InputError(f"cannot listen on {host}:{port} ({exc.strerror or exc})",
                          field="--port", expected="a free port (or --port 0)") from None
     click.echo(f"evalpipe view: {server.url}  (runs under {outputs}; Ctrl-C to stop)")
+    if not ipaddress.ip_address(socket.gethostbyname(host)).is_loopback:
+        click.echo(f"warning: the viewer has no login; anyone who can reach {server.url} "
+                   "reads these runs (model replies, prompts, configs)", err=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

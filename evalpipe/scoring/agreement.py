@@ -12,12 +12,13 @@ answer?", with the reason.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from evalpipe import jsonl
+from evalpipe.errors import InputError
 from evalpipe.scoring.answer import VARIANTS, make_gold, match_answer
 
 LABELS = Path(__file__).resolve().parents[2] / "tests" / "data" / "extraction_labels.jsonl"
@@ -25,8 +26,12 @@ GRADING = LABELS.with_name("grading_labels.jsonl")
 
 
 def load_labels(path: str | Path = LABELS) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The labelled replies of a JSONL file; a missing file or a bad line is an
+    InputError naming it."""
+    if not Path(path).is_file():
+        raise InputError("labelled set not found", file=str(path),
+                         expected="a JSONL file of labelled replies")
+    return [record for _, record in jsonl.records(path)]
 
 
 def disagreements(rows: list[dict[str, Any]], variant: str) -> list[dict[str, Any]]:
