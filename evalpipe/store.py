@@ -277,7 +277,8 @@ class RunStore:
                 warnings.warn(DataWarning(
                     f"{path}:{line}: a second record of cell {key[0]!r}, question {key[1]!r}"
                     + (f", repeat {key[2]}" if key[2] else "")
-                    + f" (the first is on line {first[key]}); only the first is counted"))
+                    + f" (the first is on line {first[key]}); only the first is counted"),
+                    stacklevel=2)
                 continue
             first[key] = line
             yield record

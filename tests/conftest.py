@@ -45,8 +45,8 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    corpus = ["What is 12 times 7? The answer is 84.", "<tool_call>{\"name\": \"add\", "
-              "\"arguments\": {\"a\": 1, \"b\": 2}}</tool_call>", "Bao nhiêu? Tính 3 cộng 4."] * 20
+    corpus = ["What is 12 times 7? The answer is 84.", ("<tool_call>{\"name\": \"add\", "
+              "\"arguments\": {\"a\": 1, \"b\": 2}}</tool_call>"), "Bao nhiêu? Tính 3 cộng 4."] * 20
     tok.train_from_iterator(corpus, trainers.BpeTrainer(
         vocab_size=400, special_tokens=special,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))

@@ -38,7 +38,7 @@ def test_kernel_builds_here():
 
 def _torch_attention(query, key, value, mask, prefix, rows, scale):
     """The same attention written plainly: [prefix | own] columns, one softmax."""
-    b, heads, _, dim = query.shape
+    b, heads, _, _dim = query.shape
     groups = heads // key.shape[1]
     k = key.repeat_interleave(groups, 1)
     v = value.repeat_interleave(groups, 1)

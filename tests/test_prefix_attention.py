@@ -27,7 +27,8 @@ def test_cascade_equals_attention_over_copied_prefix(q_len):
     b, heads, kv_heads, dim, p_len, s_len = 5, 6, 2, 8, 7, q_len + 5
     query = torch.randn(b, heads, q_len, dim)
     key, value = torch.randn(b, kv_heads, s_len, dim), torch.randn(b, kv_heads, s_len, dim)
-    prefix = SharedPrefix([(torch.randn(1, kv_heads, p_len, dim), torch.randn(1, kv_heads, p_len, dim))],
+    shared = (torch.randn(1, kv_heads, p_len, dim), torch.randn(1, kv_heads, p_len, dim))
+    prefix = SharedPrefix([shared],
                           rows=torch.tensor([True, True, False, True, False]))
     # Left padding: row i has i padding columns; queries see their own past only.
     own = torch.ones(b, 1, q_len, s_len, dtype=torch.bool).tril(s_len - q_len)

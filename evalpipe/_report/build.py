@@ -153,8 +153,9 @@ def build_report(run: RunData) -> dict[str, Any]:
     facts = run_facts(run.manifest)
     facts["models"] = list(dict.fromkeys([*facts["models"],
                                           *(c["model"] for c in cell_rows if c["model"])]))
-    return {"run_id": run.run_id, "run": facts, "k": k, "scorer_version": run.scores.get("scorer_version"),
-            "rescored": run.rescored, "suites": suites, "cells": cell_rows,
+    return {"run_id": run.run_id, "run": facts, "k": k,
+            "scorer_version": run.scores.get("scorer_version"), "rescored": run.rescored,
+            "suites": suites, "cells": cell_rows,
             "category_order": order, "accuracy": accuracy, "categories": categories,
             "cost": cost, "repeats": repeats, "audit": run.audit,
             "unscored": run.scores.get("unscored") or [],

@@ -214,8 +214,9 @@ Scorer version {html.escape(str(data.get('scorer_version')))}.</p>
 <span id="sample-count"></span></div>
 <table id="samples" data-page="{PAGE_SIZE}"><colgroup><col class="w-cell">
 <col class="w-suite"><col class="w-qid"><col class="w-exact"><col class="w-category">
-<col class="w-answer"></colgroup><thead><tr><th>cell</th><th>suite</th><th>question</th><th>exact</th>
-<th>category</th><th>final answer</th></tr></thead><tbody id="sample-body"></tbody></table>
+<col class="w-answer"></colgroup><thead><tr><th>cell</th><th>suite</th><th>question</th>
+<th>exact</th><th>category</th><th>final answer</th></tr></thead>
+<tbody id="sample-body"></tbody></table>
 <button id="more" type="button">Show more</button>
 </section></main>
 <script type="application/json" id="sample-data">{_json_script(views)}</script>

@@ -162,8 +162,9 @@ _SIZE = re.compile(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)\s*([mb])(?![a-z])", re.IGNORE
 
 def model_parameters(run: RunData, cell_id: str) -> tuple[float | None, str]:
     """(parameter count, where it came from): the backend's own count recorded in the
-    manifest (manifest["cells"][cell]["model"]["parameters"], from backend.describe()), else the known count of a registered alias, else the nominal size in the
-    model id ("...-270m", "...-1.5B"); (None, "unknown") otherwise."""
+    manifest (manifest["cells"][cell]["model"]["parameters"], from backend.describe()),
+    else the known count of a registered alias, else the nominal size in the model id
+    ("...-270m", "...-1.5B"); (None, "unknown") otherwise."""
     info = run.cell_info(cell_id)
     settings = info.get("settings") or {}
     model = settings.get("model")

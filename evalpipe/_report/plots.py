@@ -173,7 +173,7 @@ def categories_stacked(data: dict[str, Any]) -> bytes | None:
     for cat in order:
         widths = [r["shares"][cat]["rate"] or 0.0 for r in rows]
         ax.barh(labels, widths, left=left, label=cat,
-                color=CATEGORY_COLOURS.get(cat, None), edgecolor="white", linewidth=0.5)
+                color=CATEGORY_COLOURS.get(cat), edgecolor="white", linewidth=0.5)
         left = [a + b for a, b in zip(left, widths)]
     ax.set_xlim(0, 1)
     ax.invert_yaxis()

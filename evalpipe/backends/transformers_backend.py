@@ -235,7 +235,7 @@ class TransformersBackend(Backend):
                 top_p=settings.top_p if sampling else None, top_k=None,
                 eos_token_id=self.eos_ids, pad_token_id=self.tokenizer.pad_token_id,
                 logits_processor=[clock])
-        except (RuntimeError, ValueError) as exc:  # e.g. out of memory: these rows fail, not the run
+        except (RuntimeError, ValueError) as exc:  # out of memory: these rows fail, not the run
             return [Generation("", finish_reason="error", error=f"{type(exc).__name__}: {exc}")
                     for _ in prompts]
         end = time.perf_counter()
@@ -275,7 +275,8 @@ class _LoopSession(GenerationSession):
         return self.decoder.pending
 
     def submit(self, key, prompt: str) -> None:
-        self.decoder.submit(key, self.backend.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        ids = self.backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        self.decoder.submit(key, ids)
 
     def poll(self):
         while self.decoder.pending:

@@ -252,7 +252,7 @@ def json_spans(text: str, opening: str = "{[") -> Iterator[Span]:
                     escaped = False
                 elif ch == "\\":
                     escaped = True
-                elif ch == quote or ch == "\n" and quote == "'":
+                elif ch == quote or (ch == "\n" and quote == "'"):
                     quote = ""
             elif ch in "\"'":
                 quote = ch

@@ -166,7 +166,7 @@ def make_gold(answer: Any, answer_type: str, aliases: list[str], lang: str,
                 frozenset(text_key(question).split()), tuple(texts), value)
 
 
-def numbers_match(got: int | float, decimals: int, gold: Gold) -> bool:
+def numbers_match(got: float, decimals: int, gold: Gold) -> bool:
     """One number read from a reply (with the decimals it was written with) against the
     gold. Never raises: a number beyond float range (1e400, a 5,000-digit integer,
     read as inf) matches only an integer gold it equals exactly."""

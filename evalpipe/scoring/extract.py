@@ -69,7 +69,7 @@ def _to_value(integer: str, fraction: str, sign: str) -> tuple[int | float, int]
     return (-value if sign else value), len(fraction)
 
 
-def _scaled(value: int | float, exponent: str) -> Reading:
+def _scaled(value: float, exponent: str) -> Reading:
     """value x 10^exponent, read exactly: an int when integral and of bounded size,
     else the nearest float (inf or 0.0 beyond float range; never raises)."""
     if value == 0 or (isinstance(value, float) and not math.isfinite(value)):

@@ -121,7 +121,7 @@ def _number(v: Any) -> int | float | None:
     return None
 
 
-def numbers_equal(got: int | float, want: int | float) -> bool:
+def numbers_equal(got: float, want: float) -> bool:
     """Integral gold values compare exactly (an id or amount off by one is wrong at
     any size); the relative tolerance is for non-integer gold values only."""
     if isinstance(want, int) or not math.isfinite(want) or want.is_integer():

@@ -386,6 +386,6 @@ def _plan_why(plan: PlanStage) -> dict[str, Any] | None:
     matched = plan.result.matched
     return {"implied_search": plan.implied_search,
             "steps": [s.get("id") for s in steps],
-            "matched": {sid: pos for sid, pos in matched.items()},
+            "matched": dict(matched.items()),
             "unmatched": [s.get("id") for s in steps if s.get("id") not in matched],
             "failures": list(plan.result.reasons)}
