@@ -262,6 +262,8 @@ class TransformersBackend(Backend):
 class _LoopSession(GenerationSession):
     """Prompts join the running batch of the decode loop as they are submitted."""
 
+    backend: TransformersBackend
+
     def __init__(self, backend: TransformersBackend, settings: GenerationSettings,
                  prefix_reuse: bool | None = None):
         super().__init__(backend, settings)

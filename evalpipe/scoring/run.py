@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from evalpipe.errors import InputError
@@ -41,7 +42,7 @@ def match_rules(manifest: dict[str, Any]) -> str:
 
 
 def score_records(manifest: dict[str, Any], questions: dict[str, Question],
-                  samples: list[SampleRecord], k: int | None = None,
+                  samples: Iterable[SampleRecord], k: int | None = None,
                   source: str = "samples.jsonl",
                   judgements: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """scores.json content: every sample scored, the per cell x suite aggregates, and
