@@ -154,8 +154,8 @@ class ForcedSession:
     def pending(self) -> int:
         return self.inner.pending
 
-    def submit(self, key, prompt: str) -> None:
-        self.inner.submit(key, prompt)
+    def submit(self, key, prompt: str, group=None) -> None:
+        self.inner.submit(key, prompt, group=group)
 
     def poll(self):
         out = []

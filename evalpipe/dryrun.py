@@ -76,7 +76,7 @@ class _CacheOnly(GenerationSession):
     def pending(self) -> int:
         return len(self.ready)
 
-    def submit(self, key, prompt: str) -> None:
+    def submit(self, key, prompt: str, group=None) -> None:
         tokens = self.backend.count(prompt)
         self.tally["prompt_tokens"] += tokens
         if key not in self.tally["first"]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # tests import these from helpers; the names stay here for older imports
-from helpers import CHATML, REPO, ScriptedBackend, last_user, write_jsonl  # noqa: F401
+from helpers import CHATML, REPO, VECTOR_WIDTHS, ScriptedBackend, last_user, write_jsonl  # noqa: F401
 from hypothesis import settings
 
 # Hypothesis fails an example slower than 200 ms by default: on a loaded machine that is
@@ -26,6 +26,28 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(params=list(VECTOR_WIDTHS))
+def vector_width(request, monkeypatch) -> str:
+    """The engine's kernels built for each target in turn (EVALPIPE_KERNEL_MARCH), each
+    checked to have built at the width the target stands for; a target this CPU cannot
+    run is skipped with the flags it lacks (tests/test_native.py still compiles it)."""
+    from evalpipe.backends.local import native
+
+    if native.compiler() is None:
+        pytest.skip("no C compiler on this machine: the kernels are not built")
+    missing = native.missing_flags(request.param)
+    if missing:
+        pytest.skip(f"this CPU cannot run -march={request.param} (no {', '.join(missing)})")
+    monkeypatch.setenv(native.MARCH_ENV, request.param)
+    for source in native.sources():
+        kernel = native.state(source)
+        assert kernel.lib is not None, f"{source.name} for -march={request.param}: " \
+            f"{kernel.why_not}"
+        if VECTOR_WIDTHS[request.param] is not None:
+            assert kernel.lib.simd_lanes() == VECTOR_WIDTHS[request.param]
+    return request.param
 
 
 @pytest.fixture

@@ -234,7 +234,7 @@ class _InFlightSession(GenerationSession):
     def pending(self) -> int:
         return self.in_flight
 
-    def submit(self, key, prompt: str) -> None:
+    def submit(self, key, prompt: str, group=None) -> None:
         self.in_flight += 1
         self.jobs.put((key, prompt))
         if self.workers < min(self.openai.concurrency, self.in_flight):
