@@ -110,7 +110,8 @@ def forced_replies(questions, fmt) -> dict[int, list[str]]:
         done: dict[str, Any] = {}
         replies = []
         for step in steps:
-            replies.append(fmt.render_call(ToolCall(step["name"], resolve(step["arguments"], done))))
+            call = ToolCall(step["name"], resolve(step["arguments"], done))
+            replies.append(fmt.render_call(call))
             done[step["id"]] = results[step["id"]]
         out[i] = replies
     return out

@@ -139,9 +139,9 @@ class GenerationCache:
                 if self._db is None:
                     break
                 part = keys[lo: lo + 500]
+                marks = ",".join("?" * len(part))
                 rows = self._db.execute(
-                    f"SELECT key, value FROM generations WHERE key IN ({','.join('?' * len(part))})",
-                    part).fetchall()
+                    f"SELECT key, value FROM generations WHERE key IN ({marks})", part).fetchall()
                 for key, value in rows:
                     found[key] = _generation(json.loads(value))
         return found

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,9 +186,9 @@ class Engine:
         # Session keys number the conversations as they open: with one cell, its question
         # indexes.
         keys = itertools.count()
-        opened: dict[int, tuple[_Stream, int]] = {}
+        opened: dict[Hashable, tuple[_Stream, int]] = {}
 
-        def submit(key: int, c: _Conversation) -> None:
+        def submit(key: Hashable, c: _Conversation) -> None:
             stream, _ = opened[key]
             cell = stream.cell
             wire, template_tools = cell.fmt.prepare(c.messages, c.schemas or stream.schemas,
@@ -202,8 +202,9 @@ class Engine:
         def open_next(stream: _Stream) -> None:
             if stopping():
                 return
-            index, q = next(stream.todo, (None, None))
-            if q is not None:
+            item = next(stream.todo, None)
+            if item is not None:
+                index, q = item
                 key = next(keys)
                 opened[key] = (stream, index)
                 stream.live[index] = self._start(stream.cell, q)
@@ -261,7 +262,8 @@ class Engine:
         turn = len(c.turns)
         record = Turn(
             index=turn, prompt_hash=request_hash(c.prompt), request_hash=request_hash(c.request),
-            prompt_chars=len(c.prompt), raw=recorded(gen.text), calls=[], parse_errors=[], repaired=False,
+            prompt_chars=len(c.prompt), raw=recorded(gen.text), calls=[], parse_errors=[],
+            repaired=False,
             prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
             prefill_ms=gen.prefill_ms, decode_ms=gen.decode_ms, finish_reason=gen.finish_reason,
             cached=gen.cached, prefix_tokens=gen.prefix_tokens,

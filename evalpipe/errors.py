@@ -90,5 +90,5 @@ class EngineWarning(UserWarning):
     line prints each as one `warning:` line."""
 
 
-__all__ = ["DataWarning", "EngineWarning", "EvalpipeError", "InfraError", "InputError", "Interrupted",
-           "ModelUnavailableError", "NotCompared", "RegressionFound", "StorageError"]
+__all__ = ["DataWarning", "EngineWarning", "EvalpipeError", "InfraError", "InputError",
+           "Interrupted", "ModelUnavailableError", "NotCompared", "RegressionFound", "StorageError"]

@@ -374,8 +374,9 @@ class Run:
         self.manifest.update(status=status, error=error, ended=_now())
         why = self.store.write_last_manifest(self.manifest)
         if why is not None and isinstance(exc, EvalpipeError):
-            exc.args = (f"{exc}; the manifest could not be marked {status} either ({why}): "
-                        + "it still says running",)
+            message = (f"{exc}; the manifest could not be marked {status} either ({why}): "
+                       "it still says running")
+            exc.args = (message,)
 
     # -- helper ranks ----------------------------------------------------------------------
     def _execute_helper(self, engine: Engine) -> None:

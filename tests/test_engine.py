@@ -211,7 +211,7 @@ def test_a_stop_ends_every_cell_of_a_shared_session_alike():
             polls.append(len(out))
             return out
 
-    engine = Engine(lambda b, settings: Counting(b, settings))
+    engine = Engine(Counting)
     ended = list(engine.run_cells([(cell, questions) for cell in cells], "run", window=2,
                                   stop=lambda: bool(polls)))
     assert polls == [4]  # two conversations per cell, one poll, then the stop

@@ -83,8 +83,8 @@ def test_the_manifest_records_each_models_path_and_kernels(tmp_path, tiny_model_
     path = tiny_arithmetic_config(tmp_path, tiny_model_dir)
     env = dict(os.environ, EVALPIPE_GENERATION_CACHE=str(tmp_path / "gen.sqlite"))
     ran = subprocess.run([sys.executable, "-m", "evalpipe", "run", "--config", str(path),
-                          "--out", str(tmp_path / "o")], check=False, capture_output=True, text=True,
-                         env=env)
+                          "--out", str(tmp_path / "o")], check=False, capture_output=True,
+                         text=True, env=env)
     assert ran.returncode == 0, ran.stderr
     assert f"{tiny_model_dir}: batching loop" in ran.stdout  # the run's log
     (run_dir,) = [p for p in (tmp_path / "o").iterdir() if p.name != "latest"]

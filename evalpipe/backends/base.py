@@ -87,13 +87,13 @@ def run_dry(session: GenerationSession, prompts: list[str], progress=None) -> li
     """Submit every prompt, poll until all are answered: the replies in prompt order."""
     for i, prompt in enumerate(prompts):
         session.submit(i, prompt)
-    out: list[Generation | None] = [None] * len(prompts)
+    replies: dict[Hashable, Generation] = {}
     while session.pending:
-        for i, gen in session.poll():
-            out[i] = gen
+        for key, gen in session.poll():
+            replies[key] = gen
             if progress is not None:
                 progress(1)
-    return out  # type: ignore[return-value]
+    return [replies[i] for i in range(len(prompts))]
 
 
 class Backend(ABC):

@@ -279,7 +279,7 @@ class TransformersBackend(Backend):
                 top_p=settings.top_p if sampling else None, top_k=None,
                 eos_token_id=self.eos_ids, pad_token_id=self.tokenizer.pad_token_id,
                 logits_processor=[clock])
-        except (RuntimeError, ValueError) as exc:  # e.g. out of memory: these rows fail, not the run
+        except (RuntimeError, ValueError) as exc:  # out of memory: these rows fail, not the run
             return [Generation("", finish_reason="error", error=f"{type(exc).__name__}: {exc}")
                     for _ in prompts]
         end = time.perf_counter()
@@ -306,6 +306,8 @@ class TransformersBackend(Backend):
 class _LoopSession(GenerationSession):
     """Prompts join the running batch of the decode loop as they are submitted."""
 
+    backend: TransformersBackend
+
     def __init__(self, backend: TransformersBackend, settings: GenerationSettings,
                  prefix_reuse: bool | None = None):
         super().__init__(backend, settings)
@@ -319,8 +321,8 @@ class _LoopSession(GenerationSession):
         return self.decoder.pending
 
     def submit(self, key, prompt: str, group=None) -> None:
-        self.decoder.submit(key, self.backend.tokenizer(prompt, add_special_tokens=False)["input_ids"],
-                            group)
+        ids = self.backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        self.decoder.submit(key, ids, group)
 
     def poll(self):
         while self.decoder.pending:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from evalpipe.errors import EvalpipeError, InputError
 from evalpipe.paths import cache_dir
@@ -100,7 +100,7 @@ class BfclData:
     def close(self) -> None:
         self._zip.close()
 
-    def __enter__(self) -> BfclData:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,8 @@ C_TYPES: dict[str, Any] = {"int64_t": ctypes.c_int64, "int": ctypes.c_int,
                            "float": ctypes.c_float, "void": None, "pointer": ctypes.c_void_p}
 
 # Where a build failed although a compiler is here (said once per kernel and target).
-log: Callable[[str], None] = lambda line: warnings.warn(EngineWarning(line), stacklevel=3)
+def log(line: str) -> None:
+    warnings.warn(EngineWarning(line), stacklevel=3)
 
 
 def enabled() -> bool:
@@ -170,8 +170,9 @@ def compile_kernel(source: Path, target: str) -> tuple[Path | None, str, str]:
     flags = (*FLAGS, f"-march={target}")
     texts = [source.read_bytes()] + [h.read_bytes() for h in sorted(source.parent.glob("*.h"))]
     cpu = cpu_info()[0] if target == "native" else ""  # native code runs on CPUs like this one
-    key = hashlib.sha256(b"\0".join([*texts, cc.encode(), version.encode(), " ".join(flags).encode(),
-                                     platform.machine().encode(), cpu.encode()]))
+    key = hashlib.sha256(b"\0".join([*texts, cc.encode(), version.encode(),
+                                     " ".join(flags).encode(), platform.machine().encode(),
+                                     cpu.encode()]))
     path = cache_dir("kernels") / f"{source.stem}-{key.hexdigest()[:16]}.so"
     if path.exists():
         return path, version, ""
