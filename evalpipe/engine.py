@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,7 +151,7 @@ class Engine:
         heard = None if progress is None else (lambda _, ended: progress(ended))
         return self.run_cells([(cell, questions)], run_id, window, heard, stop)
 
-    def run_cells(self, jobs: list[tuple[CellRuntime, Iterable[Question]]], run_id: str,
+    def run_cells(self, jobs: Sequence[tuple[CellRuntime, Iterable[Question]]], run_id: str,
                   window: int | None = None,
                   progress: Callable[[int, int], None] | None = None,
                   stop: Callable[[], bool] | None = None) -> Iterator[list[Sample]]:

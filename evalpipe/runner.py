@@ -195,7 +195,7 @@ class Run:
         self.cells = config.cells()
         if resume is not None:
             self.store = RunStore(resume)
-            self.manifest: dict[str, Any] | None = self.store.read_json("manifest.json")
+            self._manifest: dict[str, Any] | None = self.store.read_json("manifest.json")
             self.run_id = self.manifest["run_id"]
             self.questions = list(self.store.questions().values())
         else:
@@ -204,7 +204,7 @@ class Run:
             self.run_id = self.shard.run_id(out_root, config.hash(),
                                             lambda: new_run_id(config.name, config.hash()))
             self.store = RunStore(out_root / self.run_id)
-            self.manifest = None
+            self._manifest = None  # written by _begin, once the run starts
             self.shard.refuse_an_earlier_run(self.store.path)
         self.corpus = None
         if config.corpus and any(c.retrieval.on for c in self.cells):
@@ -236,11 +236,18 @@ class Run:
                 raise
         return self.store.path
 
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The run's manifest: read on a resume, made by _begin on a fresh run."""
+        if self._manifest is None:
+            raise RuntimeError("the run's manifest is made when the run begins")
+        return self._manifest
+
     # -- rank 0 ----------------------------------------------------------------------------
     def _begin(self) -> None:
-        if self.manifest is None:
+        if self._manifest is None:
             corpus = self.corpus
-            self.manifest = {
+            self._manifest = {
                 "run_id": self.run_id, "schema_version": SCHEMA_VERSION, "status": "running",
                 "config": self.config.to_dict(),
                 "config_source": self.config.source, "config_hash": self.config.hash(),
@@ -369,7 +376,7 @@ class Run:
         """Say in the manifest how the run ended, with the space kept for it on a full
         disk. If even that fails, an EvalpipeError's one line says so. A resume that
         failed before it began leaves the run's manifest as it was."""
-        if self.manifest is None or (self.resumed and not self.begun):
+        if self._manifest is None or (self.resumed and not self.begun):
             return
         self.manifest.update(status=status, error=error, ended=_now())
         why = self.store.write_last_manifest(self.manifest)
@@ -443,9 +450,11 @@ class Run:
                         else f"{job.cell_id} #{r + 1}/{len(seeds)}",
                         position=i, bar_format=BAR_FORMAT, dynamic_ncols=True,
                         disable=not progress)) for i, (job, _) in enumerate(jobs)]
-                    for samples in engine.run_cells(
-                            jobs, self.run_id, stop=lambda: bool(stop),
-                            progress=lambda job, ended, bars=shown: bars[job].update(ended)):
+                    def advance(job: int, ended: int, bars: list[Any] = shown) -> None:
+                        bars[job].update(ended)
+
+                    for samples in engine.run_cells(jobs, self.run_id, stop=lambda: bool(stop),
+                                                    progress=advance):
                         records = [s.to_dict() for s in samples]
                         self.write(records)
                         count += len(samples)
@@ -513,6 +522,9 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
     toolset = build_toolset(cell.toolset, custom=config.custom_tools, limits=limits)
     toolset.stub_result = config.schema_tools.result
     if retrieval.mode == "tool":  # agentic RAG: retrieval is one more tool
+        if search is None:
+            raise InputError("a retrieval tool needs a corpus", field="corpus",
+                             expected="a corpus folder beside retrieval mode 'tool'")
         toolset = toolset.with_tools(search_site_tool(search, k))
     fmt = get_format(cell.format, tools=toolset.schemas())
     settings = {

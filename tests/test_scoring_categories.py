@@ -123,7 +123,7 @@ def test_correct_sample_fields():
                            "completion_tokens": 72, "turns": 3, "cached_turns": 0,
                            "prefill_compute_ms": None,
                            "prefill_ms": 36.0, "ttft_ms": 12.0, "decode_ms": 240.0,
-                           "wall_ms": 250.0, "cached_turns": 0}
+                           "wall_ms": 250.0}
 
 
 def test_wrong_plan_subtypes():
