@@ -2,15 +2,15 @@
 
     python bench/bench_overhead.py [--limit 2] [--threads 1] [--cells-apart] [--keep DIR]
 
-Runs configs/default.yaml (embedded model; none/calculator tools x none/BM25
-prepend; every sample suite) through `evalpipe.runner.execute_run` with the
-generation cache off, and times the model's work: every `submit` (tokenising)
-and `poll` (prefill and decode) of the backend's generation sessions. Everything else
-(prompt rendering, parsing, tools, retrieval index and search, scoring,
-writing samples.jsonl and reports) is overhead. Model loading is shown apart:
-it is a one-off cost of a model, not per-question work. `--cells-apart` runs each
-cell in a generation session of its own, as before the cells of a model shared
-one, for comparison; `--keep DIR` keeps the run (its samples, to compare replies).
+Runs configs/default.yaml (its models; none/calculator tools x none/BM25 prepend; every
+question of the sample suites unless --limit) through `evalpipe.runner.execute_run` with
+the generation cache off, and times the model's work: every `submit` (tokenising) and
+`poll` (prefill and decode) of the backend's generation sessions. Everything else
+(prompt rendering, parsing, tools, retrieval index and search, scoring, writing
+samples.jsonl and reports) is overhead. Model loading is shown apart: it is a one-off
+cost of a model, not per-question work. `--cells-apart` runs each cell in a generation
+session of its own, as before the cells of a model shared one, for comparison; `--keep
+DIR` keeps the run (its samples, to compare replies).
 """
 
 from __future__ import annotations
@@ -92,11 +92,11 @@ def main(argv=None) -> int:
           f"{timings['generate']:.1f} s; {steps} decode steps")
     print(f"outside the model: {outside:.2f} s = {outside / job:.1%} of the job (target < 3%); "
           f"{(outside + timings['load']) / wall:.1%} counting the model load")
-    processed = sum(b.batcher.stats["prefilled_tokens"] + b.batcher.stats["decoded_tokens"]
-                    for b in backends)
-    attended = sum(b.batcher.stats["attended"] for b in backends)
-    if backends:  # tokens the model really computed (not served from a stored cache)
-        print(f"{floor_share(backends[0].model, processed, job, attended)} (target >= 75%)")
+    # Tokens each model really computed (not served from a stored cache).
+    work = [(b.model, b.batcher.stats["prefilled_tokens"] + b.batcher.stats["decoded_tokens"],
+             b.batcher.stats["attended"]) for b in backends]
+    if work:
+        print(f"{floor_share(work, job)} (target >= 75%)")
     print(f"note: {load_note()}")
     return 0
 
