@@ -7,8 +7,9 @@ Both sides get identical pre-tokenised input (evalpipe's tokenizer with
 bigrams), the Lucene variant, k1 = 1.5, b = 0.75, top k = 3. Timed: building
 the index from token lists, and answering every query (token lists -> top k,
 sorted). Tokenisation is outside both timings. Each figure is the best of
---repeat runs, the two sides alternating; the ratios printed are bm25s time / evalpipe time, so > 1 means
-evalpipe is faster. Scores of the top hit are cross-checked before timing.
+--repeat runs, the two sides alternating; the ratios printed are bm25s time /
+evalpipe time, so > 1 means evalpipe is faster. Scores of the top hit are
+cross-checked before timing.
 """
 
 from __future__ import annotations

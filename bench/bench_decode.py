@@ -3,10 +3,11 @@
     python bench/bench_decode.py [--dtype bfloat16] [--copied-prefix] [--threads 1] [--rows 1,64]
 
 Every row is the same 560-token prefix followed by its own 1-43 tokens (so
-rows are padded, as an eval cell's questions are); each generates 40 tokens. Prints decode tokens per second at 1, 16, 32
-and 64 rows and each against 1 row: what batching buys on this machine before
-any agent loop. `--copied-prefix` copies the shared prefix under every row
-instead of attending to it in place (docs/speed.md).
+rows are padded, as an eval cell's questions are); each generates 40 tokens.
+Prints decode tokens per second at 1, 16, 32 and 64 rows and each against 1
+row: what batching buys on this machine before any agent loop. `--copied-prefix`
+copies the shared prefix under every row instead of attending to it in place
+(docs/speed.md).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def main(argv=None) -> int:
     base = list(range(1000, 1000 + PREFIX_TOKENS))
     print(f"smollm2-135m {args.dtype}, torch threads {threads}, prefix "
           f"{'copied per row' if args.copied_prefix else 'attended in place'}; "
-          f"{PREFIX_TOKENS}-token shared prefix + 1-43 tokens per row, {NEW_TOKENS} new tokens each")
+          f"{PREFIX_TOKENS}-token shared prefix + 1-43 tokens per row, "
+          f"{NEW_TOKENS} new tokens each")
     single = None
     for rows in [int(r) for r in args.rows.split(",")]:
         backend.prefix_store.clear()

@@ -90,7 +90,8 @@ def main(argv=None) -> int:
     same = sum(engine_answers[q.id] == cpp_answers[q.id] for q in questions)
     print(f"questions: {n} (hermes, calculator, max_new_tokens={args.max_new_tokens}); "
           f"threads {threads} on each side; GGUF {gguf}")
-    for label, seconds in ((f"evalpipe engine ({args.dtype}, batch cap {args.batch_size})", engine_s),
+    ours = f"evalpipe engine ({args.dtype}, batch cap {args.batch_size})"
+    for label, seconds in ((ours, engine_s),
                            ("llama.cpp (Q4_1, one request at a time)", cpp_s)):
         print(f"{label:<42}: {seconds:8.1f} s  {n / seconds:6.3f} q/s")
     print(f"questions/second ratio: {cpp_s / engine_s:.2f}x  (target >= 2x)")

@@ -84,7 +84,8 @@ def main(argv=None) -> int:
         else 0
     cold, warm, off = (min(ttft[k]) for k in ("cold", "warm", "off"))
     print(f"{len(prompts)} prompts (hermes + math tools), {min(lengths)}-{max(lengths)} tokens, "
-          f"shared prefix {prefix} tokens; torch threads {torch.get_num_threads()}; best of {args.rounds}")
+          f"shared prefix {prefix} tokens; torch threads {torch.get_num_threads()}; "
+          f"best of {args.rounds}")
     print(f"mean TTFT, no reuse      : {off:8.0f} ms")
     print(f"mean TTFT, reuse (cold)  : {cold:8.0f} ms   {off / cold:5.2f}x better")
     print(f"mean TTFT, reuse (warm)  : {warm:8.0f} ms   {off / warm:5.2f}x better  (target >= 2x)")

@@ -29,10 +29,10 @@ from pathlib import Path
 from machine import cpu_line, load_now  # bench/machine.py
 
 from evalpipe import runner
+from evalpipe._report import report
 from evalpipe.backends.base import Backend
 from evalpipe.config import parse_config
 from evalpipe.records import Generation
-from evalpipe._report import report
 from evalpipe.store import RunStore
 
 

@@ -44,7 +44,8 @@ def main(argv=None) -> int:
     run_engine(backend, warm)  # first-call costs paid before either side
     print(f"workload {w.label}; {len(w.questions)} questions, {len(w.forced)} with a plan "
           f"(forced calls: {sum(map(len, w.forced.values()))}); smollm2-135m {args.dtype}, "
-          f"max_new_tokens {w.max_new_tokens}, batch cap {args.batch_size}, torch threads {threads}")
+          f"max_new_tokens {w.max_new_tokens}, batch cap {args.batch_size}, "
+          f"torch threads {threads}")
     results = {}
     for label, fraction in (("kept between turns", 0.25), ("prefilled every turn", 0.0)):
         backend.prefix_store.clear()

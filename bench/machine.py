@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -84,18 +85,19 @@ def attention_flops_per_column(model) -> float:
     return 4.0 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim
 
 
-def floor_share(model, processed_tokens: int, seconds: float, attended: int | None = None) -> str:
-    """How close `seconds` came to the compute floor of `processed_tokens` tokens:
-    tokens x FLOPs per token / (measured matmul rate x seconds). With `attended` (key
-    columns the tokens attended to, summed), a second figure adds attention's FLOPs,
-    which grow with the context and which the first leaves out."""
-    rate, fpt = matmul_rate(), flops_per_token(model)
-    floor = processed_tokens * fpt / rate
-    line = (f"compute floor {floor:.1f} s ({processed_tokens} tokens x {fpt / 1e6:.0f} MFLOP / "
+def floor_share(work: list[tuple[Any, int, int]], seconds: float) -> str:
+    """How close `seconds` came to the compute floor of the tokens each model processed:
+    for each (model, tokens processed, key columns attended), tokens x FLOPs per token /
+    (measured matmul rate x seconds), summed over the models. A second figure adds
+    attention's FLOPs, which grow with the context and which the first leaves out."""
+    rate = matmul_rate()
+    floor = sum(tokens * flops_per_token(model) for model, tokens, _ in work) / rate
+    extra = sum(columns * attention_flops_per_column(model) for model, _, columns in work) / rate
+    tokens = sum(t for _, t, _ in work)
+    line = (f"compute floor {floor:.1f} s ({tokens} tokens over {len(work)} model(s) / "
             f"{rate / 1e9:.0f} GFLOP/s measured float32 matmul, the best of BLAS, oneDNN and "
             f"panels) = {floor / seconds:.0%} of {seconds:.1f} s")
-    if attended:
-        extra = attended * attention_flops_per_column(model) / rate
-        line += (f"; with attention over the context ({attended} token-columns, "
-                 f"+{extra:.1f} s): {(floor + extra) / seconds:.0%}")
+    if extra:
+        line += (f"; with attention over the context (+{extra:.1f} s): "
+                 f"{(floor + extra) / seconds:.0%}")
     return line

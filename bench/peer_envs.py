@@ -2,9 +2,9 @@
 
 Each is created with `python -m venv`; where the peer runs on PyTorch,
 `torch==2.13.0` is installed first, so pip takes the CPU wheel from the local
-index and never pulls a CUDA build; then the peer's pinned packages. A venv remembers the requirements it was made from
-(`.installed`); when they change it is made anew, so a run never measures a peer
-other than the one its table names.
+index and never pulls a CUDA build; then the peer's pinned packages. A venv
+remembers the requirements it was made from (`.installed`); when they change it
+is made anew, so a run never measures a peer other than the one its table names.
 
     python bench/peer_envs.py              # create (or check) every peer's venv, print versions
     python bench/peer_envs.py vllm inspect
@@ -64,7 +64,8 @@ def venv(peer: str, root: Path = ROOT, log=print) -> Path | str:
     wanted = [*torch, *requirements(peer)]
     if stamp.is_file() and stamp.read_text().split("\n") == wanted and python.is_file():
         return python
-    log(f"[{peer}] creating {where}: pip installs {' then '.join(torch + [' '.join(requirements(peer))])} (slow)")
+    steps_text = " then ".join([*torch, " ".join(requirements(peer))])
+    log(f"[{peer}] creating {where}: pip installs {steps_text} (slow)")
     shutil.rmtree(where, ignore_errors=True)
     steps = [[sys.executable, "-m", "venv", str(where)],
              *([[str(python), "-m", "pip", "install", "-q", TORCH]] if torch else []),

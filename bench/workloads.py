@@ -110,7 +110,8 @@ def forced_replies(questions, fmt) -> dict[int, list[str]]:
         done: dict[str, Any] = {}
         replies = []
         for step in steps:
-            replies.append(fmt.render_call(ToolCall(step["name"], resolve(step["arguments"], done))))
+            call = ToolCall(step["name"], resolve(step["arguments"], done))
+            replies.append(fmt.render_call(call))
             done[step["id"]] = results[step["id"]]
         out[i] = replies
     return out
@@ -153,8 +154,8 @@ class ForcedSession:
     def pending(self) -> int:
         return self.inner.pending
 
-    def submit(self, key, prompt: str) -> None:
-        self.inner.submit(key, prompt)
+    def submit(self, key, prompt: str, group=None) -> None:
+        self.inner.submit(key, prompt, group=group)
 
     def poll(self):
         out = []

@@ -6,7 +6,18 @@ RunResult. They are imported on first use, so `import evalpipe` stays cheap.
 
 __version__ = "0.1.0"
 
-_API = ("run", "score", "report", "compare", "validate", "load", "RunResult")
+__all__ = [
+    "Comparison",
+    "RunResult",
+    "__version__",
+    "compare",
+    "load",
+    "report",
+    "run",
+    "score",
+    "validate",
+]
+_API = frozenset(__all__) - {"Comparison", "__version__"}  # imported from evalpipe/api.py
 
 
 def __getattr__(name: str):
@@ -20,5 +31,3 @@ def __getattr__(name: str):
         return Comparison
     raise AttributeError(f"module 'evalpipe' has no attribute {name!r}")
 
-
-__all__ = ["Comparison", "__version__", *_API]

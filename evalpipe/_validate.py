@@ -235,6 +235,8 @@ MIN_COMMON = 20  # ...nor in more than this many (a small corpus has no common w
 
 def _unit_after_answer(text: str, q: Question) -> str | None:
     """The word right after a numeric answer in text ("418 cơ sở" -> "cơ"), "" for none."""
+    if not isinstance(q.answer, (int, float)):
+        return None
     m = number_pattern(q.answer).search(text)
     if not m:
         return None

@@ -30,6 +30,7 @@ from evalpipe.backends.base import GenerationSettings
 from evalpipe.errors import InputError
 from evalpipe.formats import get_format
 from evalpipe.prompts import block_texts, turn_prompt
+from evalpipe.records import SampleRecord
 from evalpipe.scoring.answer import match_answer
 from evalpipe.scoring.score import gold_for
 from evalpipe.scoring.stats import rate
@@ -63,16 +64,17 @@ def verdict(fmt, text: str, gold) -> str:
     return json.dumps(["answer", match_answer(parsed.content, gold).exact])
 
 
-def _settings(sample: dict[str, Any]) -> GenerationSettings:
+def _settings(sample: SampleRecord) -> GenerationSettings:
     gen = dict((sample.get("settings") or {}).get("generation") or {})
     known = {f.name for f in dataclasses.fields(GenerationSettings)}
     settings = GenerationSettings(**{k: v for k, v in gen.items() if k in known})
-    if sample.get("seed") is not None:  # the repeat's own seed
-        settings = dataclasses.replace(settings, seed=int(sample["seed"]))
+    seed = sample.get("seed")
+    if seed is not None:  # the repeat's own seed
+        settings = dataclasses.replace(settings, seed=int(seed))
     return settings
 
 
-def choose_turns(samples: list[dict[str, Any]], questions, per_cell: int,
+def choose_turns(samples: list[SampleRecord], questions, per_cell: int,
                  seed: int = 0) -> tuple[dict[str, list[_Turn]], int]:
     """Up to `per_cell` recorded turns of each cell, chosen at random with `seed`;
     and how many turns had no stored prompt."""

@@ -31,7 +31,8 @@ from evalpipe.errors import DataWarning
 from evalpipe.paths import cache_root
 from evalpipe.records import Generation, ToolCall
 
-MACHINE_FACTS = ("path", "linear_kernel")  # describe() facts that are not the model's identity
+# describe() facts that are not the model's identity: where it sits, how this machine runs it
+MACHINE_FACTS = ("path", "linear_kernel", "engine")
 
 # How long a write waits for another process's write to end. Writes take milliseconds;
 # a cache locked for longer than this is held by something else, and is given up.
@@ -138,9 +139,9 @@ class GenerationCache:
                 if self._db is None:
                     break
                 part = keys[lo: lo + 500]
+                marks = ",".join("?" * len(part))
                 rows = self._db.execute(
-                    f"SELECT key, value FROM generations WHERE key IN ({','.join('?' * len(part))})",
-                    part).fetchall()
+                    f"SELECT key, value FROM generations WHERE key IN ({marks})", part).fetchall()
                 for key, value in rows:
                     found[key] = _generation(json.loads(value))
         return found
@@ -204,10 +205,10 @@ class _CachedSession(GenerationSession):
     def pending(self) -> int:
         return len(self.ready) + self.inner.pending
 
-    def submit(self, key, prompt: str) -> None:
+    def submit(self, key, prompt: str, group=None) -> None:
         if self.model_key is None:  # not identified: the backend answers, nothing is kept
             self.cache.misses += 1
-            self.inner.submit(key, prompt)
+            self.inner.submit(key, prompt, group=group)
             return
         cache_key = self.cache.key(self.model_key, prompt, self.settings)
         found = self.cache._get_many([cache_key])
@@ -217,7 +218,7 @@ class _CachedSession(GenerationSession):
         else:
             self.cache.misses += 1
             self.keys[key] = cache_key
-            self.inner.submit(key, prompt)
+            self.inner.submit(key, prompt, group=group)
 
     def poll(self):
         if self.ready:

@@ -39,7 +39,8 @@ def load_corpus(root: str | Path) -> list[Document]:
     """Every Markdown/text file below root, NFC-normalised, in path order."""
     root = Path(root)
     if not root.is_dir():
-        raise InputError("corpus folder not found", file=str(root), expected="a folder of .md files")
+        raise InputError("corpus folder not found", file=str(root),
+                         expected="a folder of .md files")
     docs = []
     for path in sorted(p for p in root.rglob("*") if p.suffix in CORPUS_SUFFIXES):
         if path.name.lower() == "readme.md":

@@ -70,6 +70,8 @@ class _CacheOnly(GenerationSession):
     """Replies from the cache only; a prompt the cache lacks ends its conversation
     (that sample has to be generated). Counts every prompt's tokens."""
 
+    backend: TemplateBackend
+
     def __init__(self, backend: TemplateBackend, settings: GenerationSettings,
                  cache: GenerationCache | None, model_key: str | None, tally: dict[str, Any]):
         super().__init__(backend, settings)
@@ -80,7 +82,7 @@ class _CacheOnly(GenerationSession):
     def pending(self) -> int:
         return len(self.ready)
 
-    def submit(self, key, prompt: str) -> None:
+    def submit(self, key, prompt: str, group=None) -> None:
         tokens = self.backend.count(prompt)
         self.tally["prompt_tokens"] += tokens
         if key not in self.tally["first"]:
@@ -195,10 +197,12 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
         model_key = GenerationCache.model_key(facts) if facts else None
         to_generate = 0
         for cell in model_cells:
-            row = {"cell_id": cell.id, "samples": len(questions) * len(seeds), "cached": None,
-                   "replies_held": None, "first_turn_tokens": None, "prompt_tokens": None}
+            row: dict[str, Any] = {
+                "cell_id": cell.id, "samples": len(questions) * len(seeds), "cached": None,
+                "replies_held": None, "first_turn_tokens": None, "prompt_tokens": None}
             if renderer is not None:
-                tally = {"prompt_tokens": 0, "replies_held": 0, "first": {}, "cached": 0}
+                tally: dict[str, Any] = {"prompt_tokens": 0, "replies_held": 0, "first": {},
+                                         "cached": 0}
                 runtime = _runtime(cell, renderer, facts or {}, config, corpus, questions)
                 for seed in seeds:
                     tally["first"] = {}

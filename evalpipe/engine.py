@@ -11,8 +11,9 @@ max_turns generations; the next question then takes its place.
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,14 +98,44 @@ def passages_text(chunks: list[dict[str, Any]]) -> str:
     return "\n\n".join(f"[{c['rank']}] ({c['doc']})\n{c['text'].strip()}" for c in chunks)
 
 
+@dataclass
+class _Stream:
+    """One cell's conversations in a run: those to open, open and ended."""
+
+    group: int  # its prompts' group in the generation session
+    cell: CellRuntime
+    todo: Iterator[tuple[int, Question]]
+    schemas: list[dict[str, Any]]
+    blocks: BlockWriter = field(default_factory=BlockWriter)  # each block in its first sample
+    live: dict[int, _Conversation] = field(default_factory=dict)  # question index -> open
+    done: dict[int, Sample] = field(default_factory=dict)
+    released: int = 0
+
+    def release(self, rest: bool = False) -> list[Sample]:
+        """The ended samples whose predecessors have all been released, in order; with
+        `rest`, every ended sample (a stopped run dropped some before them)."""
+        ready = []
+        while self.released in self.done:
+            ready.append(self.done.pop(self.released))
+            self.released += 1
+        if rest:
+            ready += [self.done.pop(index) for index in sorted(self.done)]
+        for sample in ready:
+            sample.prompt_text = self.blocks.claim(sample.turns)
+        return ready
+
+
 class Engine:
     def __init__(self, open_session: Callable[[Backend, GenerationSettings], GenerationSession]
-                 | None = None):
+                 | None = None, *, shared: bool = True):
         # Sessions are opened through an injectable function so that a cache can sit in
         # front of the backend.
         self._open = open_session or (lambda backend, gen: backend.session(gen))
+        # False: each cell in a session of its own, as before the cells of a model shared
+        # one (same records; kept to compare the two).
+        self.shared = shared
 
-    def run(self, cell: CellRuntime, questions: list[Question], run_id: str,
+    def run(self, cell: CellRuntime, questions: Iterable[Question], run_id: str,
             window: int | None = None, progress: Callable[[int], None] | None = None,
             stop: Callable[[], bool] | None = None) -> Iterator[list[Sample]]:
         """Yield samples in question order, each as soon as it and all before it have
@@ -117,67 +148,98 @@ class Engine:
         requests in flight come back (a local model stops at its next decode step), the
         conversations that ended are yielded, the others are dropped (run again on
         resume)."""
-        if window is None:
-            window = max(64, 4 * cell.generation.batch_size)
-        stopping = stop or (lambda: False)
-        session = self._open(cell.backend, cell.generation)
-        session.should_stop = stopping
-        todo = iter(enumerate(questions))
-        live: dict[int, _Conversation] = {}  # question index -> open conversation
-        done: dict[int, Sample] = {}
-        released = 0
-        schemas = cell.toolset.schemas()
-        blocks = BlockWriter()  # each prompt block's text goes into the first sample using it
+        heard = None if progress is None else (lambda _, ended: progress(ended))
+        return self.run_cells([(cell, questions)], run_id, window, heard, stop)
 
-        def submit(key: int, c: _Conversation) -> None:
-            wire, template_tools = cell.fmt.prepare(c.messages, c.schemas or schemas,
+    def run_cells(self, jobs: Sequence[tuple[CellRuntime, Iterable[Question]]], run_id: str,
+                  window: int | None = None,
+                  progress: Callable[[int, int], None] | None = None,
+                  stop: Callable[[], bool] | None = None) -> Iterator[list[Sample]]:
+        """`run` for several cells of one backend and one set of generation settings (the
+        cells of a model: other prompts, formats, toolsets and retrieval) in one
+        generation session, so that every decode step serves the rows of all of them;
+        each cell submits as its own group of prompts (its own shared prefix). Each
+        yielded list holds one cell's samples, each cell's in its question order as `run`
+        gives them; `progress` hears (the job's index, conversations of it that ended);
+        `window` bounds the conversations open per cell; `stop` is `run`'s."""
+        cells = [cell for cell, _ in jobs]
+        if not cells:
+            return
+        first = cells[0]
+        if any(c.backend is not first.backend or c.generation != first.generation
+               for c in cells):
+            raise ValueError("cells that share a generation session need one backend and "
+                             "the same generation settings")
+        if not self.shared and len(jobs) > 1:
+            for i, job in enumerate(jobs):
+                heard = None if progress is None else (
+                    lambda _, ended, i=i: progress(i, ended))
+                yield from self.run_cells([job], run_id, window, heard, stop)
+            return
+        if window is None:
+            window = max(64, 4 * first.generation.batch_size)
+        stopping = stop or (lambda: False)
+        session = self._open(first.backend, first.generation)
+        session.should_stop = stopping
+        streams = [_Stream(group, cell, iter(enumerate(questions)), cell.toolset.schemas())
+                   for group, (cell, questions) in enumerate(jobs)]
+        # Session keys number the conversations as they open: with one cell, its question
+        # indexes.
+        keys = itertools.count()
+        opened: dict[Hashable, tuple[_Stream, int]] = {}
+
+        def submit(key: Hashable, c: _Conversation) -> None:
+            stream, _ = opened[key]
+            cell = stream.cell
+            wire, template_tools = cell.fmt.prepare(c.messages, c.schemas or stream.schemas,
                                                     cell.backend.template_supports_tools)
             c.prompt = cell.backend.render(wire, template_tools)
             # The backend-independent form of the prompt, which replay looks replies up by.
             c.request = request_key(wire, template_tools)
-            c.blocks = blocks.add(c.prompt)
-            session.submit(key, c.prompt)
+            c.blocks = stream.blocks.add(c.prompt)
+            session.submit(key, c.prompt, group=stream.group)
 
-        def open_next() -> None:
+        def open_next(stream: _Stream) -> None:
             if stopping():
                 return
-            key, q = next(todo, (None, None))
-            if q is not None:
-                live[key] = self._start(cell, q)
-                submit(key, live[key])
+            item = next(stream.todo, None)
+            if item is not None:
+                index, q = item
+                key = next(keys)
+                opened[key] = (stream, index)
+                stream.live[index] = self._start(stream.cell, q)
+                submit(key, stream.live[index])
 
-        for _ in range(max(1, window)):
-            open_next()
+        for stream in streams:
+            for _ in range(max(1, window)):
+                open_next(stream)
         while session.pending:
-            ended = 0
+            ended = [0] * len(streams)
             for key, gen in session.poll():
-                c = live[key]
+                stream, index = opened[key]
+                cell, c = stream.cell, stream.live[index]
                 self._advance(cell, c, gen)
                 if not c.done and len(c.turns) >= cell.max_turns:
                     c.stop("turn_limit")
                 if c.done:
-                    done[key] = self._sample(cell, live.pop(key), run_id)
-                    ended += 1
-                    open_next()
+                    stream.done[index] = self._sample(cell, stream.live.pop(index), run_id)
+                    del opened[key]
+                    ended[stream.group] += 1
+                    open_next(stream)
                 elif stopping():
-                    del live[key]  # no new turn: it runs again on resume
+                    del stream.live[index], opened[key]  # no new turn: it runs again on resume
                 else:
                     submit(key, c)
-            if ended and progress is not None:
-                progress(ended)
-            ready = []
-            while released in done:
-                sample = done.pop(released)
-                sample.prompt_text = blocks.claim(sample.turns)
-                ready.append(sample)
-                released += 1
+            for stream in streams:  # a group of samples per cell
+                if ended[stream.group] and progress is not None:
+                    progress(stream.group, ended[stream.group])
+                ready = stream.release()
+                if ready:
+                    yield ready
+        for stream in streams:  # stopped: those that ended after one that was dropped
+            ready = stream.release(rest=True)
             if ready:
                 yield ready
-        if done:  # stopped: those that ended after one that was dropped
-            ready = [done.pop(key) for key in sorted(done)]
-            for sample in ready:
-                sample.prompt_text = blocks.claim(sample.turns)
-            yield ready
 
     def _start(self, cell: CellRuntime, q: Question) -> _Conversation:
         system = cell.system_prompt
@@ -200,7 +262,8 @@ class Engine:
         turn = len(c.turns)
         record = Turn(
             index=turn, prompt_hash=request_hash(c.prompt), request_hash=request_hash(c.request),
-            prompt_chars=len(c.prompt), raw=recorded(gen.text), calls=[], parse_errors=[], repaired=False,
+            prompt_chars=len(c.prompt), raw=recorded(gen.text), calls=[], parse_errors=[],
+            repaired=False,
             prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
             prefill_ms=gen.prefill_ms, decode_ms=gen.decode_ms, finish_reason=gen.finish_reason,
             cached=gen.cached, prefix_tokens=gen.prefix_tokens,

@@ -84,5 +84,11 @@ class DataWarning(UserWarning):
     never a stop. The command line prints each as one `warning:` line."""
 
 
-__all__ = ["DataWarning", "EvalpipeError", "InfraError", "InputError", "Interrupted",
-           "ModelUnavailableError", "NotCompared", "RegressionFound", "StorageError"]
+class EngineWarning(UserWarning):
+    """The local engine runs slower than this machine allows (a C kernel that a compiler
+    failed to build or that did not load): torch's operations run instead. The command
+    line prints each as one `warning:` line."""
+
+
+__all__ = ["DataWarning", "EngineWarning", "EvalpipeError", "InfraError", "InputError",
+           "Interrupted", "ModelUnavailableError", "NotCompared", "RegressionFound", "StorageError"]

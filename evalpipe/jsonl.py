@@ -146,9 +146,7 @@ def repair(path: str | Path) -> int:
     path = Path(path)
     if not path.is_file():
         return 0
-    good_end = 0
-    for good_end, _, _ in scan(path):
-        pass
+    good_end = max((end for end, _, _ in scan(path)), default=0)  # after the last good line
     size = path.stat().st_size
     if good_end < size:
         with open(path, "r+b") as f:

@@ -19,6 +19,7 @@ beside it, for the rules on the items the rules decide.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -150,7 +151,7 @@ def judge_agreement(judge: Judge, labels: list[dict[str, Any]]) -> dict[str, Any
         t, p = zip(*pairs)
         kappa = cohen_kappa_score(t, p) if len(set(t) | set(p)) > 1 else None
         return {"n": len(pairs), "of": len(truth), "raw_agreement": accuracy_score(t, p),
-                "kappa": None if kappa is None or kappa != kappa else float(kappa)}
+                "kappa": None if kappa is None or math.isnan(kappa) else float(kappa)}
 
     judge_row = measure([v["verdict"] for v in verdicts])
     judge_row["inconsistent"] = sum(not v["consistent"] for v in verdicts)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from evalpipe.records import TurnRecord
 
 _CUT = re.compile(r"(?<=\n\n)|(?<=\n)(?=<)")
 
@@ -56,7 +58,7 @@ class BlockWriter:
         return out
 
 
-def block_texts(samples: Iterable[dict[str, Any]]) -> dict[str, str]:
+def block_texts(samples: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """Every block text carried by `samples` (those of one cell, or a whole file)."""
     texts: dict[str, str] = {}
     for sample in samples:
@@ -64,7 +66,7 @@ def block_texts(samples: Iterable[dict[str, Any]]) -> dict[str, str]:
     return texts
 
 
-def turn_prompt(turn: dict[str, Any], texts: dict[str, str]) -> str | None:
+def turn_prompt(turn: TurnRecord, texts: dict[str, str]) -> str | None:
     """The prompt the model saw for `turn`; None when the run did not store it (older
     runs) or a block is missing (the sample that carried it was removed)."""
     ids = turn.get("prompt_blocks")

@@ -134,9 +134,9 @@ def parse_question(record: Any, *, file: str, line: int) -> Question:
                 fail(f"{where}.name", "missing tool name", "a string")
             if not isinstance(step.get("arguments"), dict):
                 fail(f"{where}.arguments", f"got {step.get('arguments')!r}", "an object")
-            problem = check_value(step["arguments"], seen, f"{where}.arguments")
-            if problem:
-                fail(*problem)
+            wrong = check_value(step["arguments"], seen, f"{where}.arguments")
+            if wrong:
+                fail(*wrong)
             seen.add(step["id"])
 
     passages = record.get("gold_passages") or []
@@ -322,8 +322,8 @@ def map_record(record: Any, source: QuestionSource, line: int) -> Any:
                 raise InputError(f"text that is not JSON ({exc.msg} at column {exc.colno})",
                                  file=source.path, line=line, field=name,
                                  expected=f"a JSON {kind.__name__} in the cell") from None
-        elif hasattr(value, "tolist"):  # a Parquet list read as an array
-            out[name] = value.tolist()
+        elif (tolist := getattr(value, "tolist", None)) is not None:  # a Parquet array
+            out[name] = tolist()
     return out
 
 

@@ -238,26 +238,63 @@ class SampleRecord(TypedDict):
     schema_version: NotRequired[int]
 
 
+class ScoredWhy(TypedDict):
+    """Why a scored sample got its category (ScoredSample.why)."""
+
+    rung: int  # 1-based position of the deciding rule in scoring.CATEGORIES
+    reason: str  # the deciding facts, in words
+    facts: dict[str, Any]  # every fact of the ladder (scoring.categories.Facts)
+    plan: dict[str, Any] | None  # gold steps matched and not; None: no plan applied
+
+
 class ScoredSample(TypedDict):
-    """A sample of scores.json["samples"]: the judgement of one SampleRecord."""
+    """A sample of scores.json["samples"]: the judgement of one SampleRecord, exactly the
+    keys scoring.score_sample writes (tests/test_scored_sample.py ties the two).
+
+    NotRequired here means: absent when the scorer failed on the sample
+    (scoring.run.unscored), which then has category scorer_error and the error in
+    `scorer_error` instead.
+    """
 
     run_id: str
     cell_id: str
     question_id: str
-    repeat: int
+    repeat: int  # with cell_id and question_id, the sample's identity
     suite: str
     lang: str
     answer_type: str
     scorer_version: str  # scores of different scorer versions are not compared
     infra: bool  # the infrastructure failed: kept out of every rate
     category: str  # the rung of the category ladder that decided (scoring/categories.py)
-    subtype: str | None
-    flags: list[str]  # findings beside the category (hallucinated_tool, ...)
+    subtype: str | None  # wrong_plan's reason; None for every other category
+    flags: list[str]  # findings beside the category (scoring.FLAGS: wrong_language, ...)
     cost: dict[str, Any]  # tokens and milliseconds, in units batching does not change
-    exact: NotRequired[bool]  # the final answer matches the gold answer
+    schema_version: int
+    seed: NotRequired[int | None]  # the repeat's sampling seed; None when greedy
+    model: NotRequired[str | None]  # the cell's model id
+    format: NotRequired[str | None]
+    toolset: NotRequired[str | None]
+    retrieval_mode: NotRequired[str]  # none | prepend | tool
+    tool_failure: NotRequired[bool]  # a tool failed the plan: kept out of rates like infra
+    exact: NotRequired[bool]  # the answer verdict (the judge's where it decided)
+    exact_strict: NotRequired[bool]  # exact with no lenient reading
+    exact_lenient: NotRequired[bool]
+    extracted: NotRequired[Any]  # the number read, the phrase found, or None
+    extraction: NotRequired[str]  # the extraction rule that read it (docs/scoring.md)
+    verdict_source: NotRequired[str]  # rules | rules_undecided | judge
+    judge: NotRequired[dict[str, Any] | None]  # the judgement used; None: no judge
     format_valid: NotRequired[bool | None]  # every attempted call parsed; None: none tried
+    format_valid_strict: NotRequired[bool | None]  # ... by the strict parser
+    calls_attempted: NotRequired[int]
+    calls_valid: NotRequired[int]
+    calls_valid_strict: NotRequired[int]
     plan_exact: NotRequired[bool | None]  # the calls match the gold plan; None: no plan
-    retrieval: NotRequired[dict[str, Any] | None]  # recall@k, MRR, ... of retrieved chunks
-    why: NotRequired[dict[str, Any]]  # the rung, its reason and the facts it read
+    no_unneeded_call: NotRequired[bool | None]  # empty gold plan: no call; None: not empty
+    step_precision: NotRequired[float | None]
+    step_recall: NotRequired[float | None]
+    plan_failure: NotRequired[str | None]  # the first reason the plan did not match
+    plan_failures: NotRequired[list[str]]
+    k: NotRequired[int]  # the cutoff of the retrieval metrics
+    retrieval: NotRequired[dict[str, float] | None]  # recall@k, MRR, ...; None: no RAG
+    why: NotRequired[ScoredWhy]  # the rung, its reason and the facts it read
     scorer_error: NotRequired[str]  # the scorer failed on this sample (category scorer_error)
-    schema_version: NotRequired[int]

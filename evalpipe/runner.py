@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -31,7 +32,7 @@ from evalpipe.identity import sample_key
 from evalpipe.probe import probe_questions, run_probe
 from evalpipe.questions import Question, load_questions, question_sources
 from evalpipe.records import SCHEMA_VERSION
-from evalpipe.store import RunStore, git_commit, machine, new_run_id, package_versions
+from evalpipe.store import RunStore, git_commit, machine, new_run_id, package_versions, storage
 from evalpipe.tools import ToolLimits, build_toolset
 from evalpipe.tools.builtin import search_site_tool
 
@@ -92,8 +93,11 @@ class Corpus:
 def fingerprint(cell: Cell, backend_facts: dict, toolset_schemas: list, config: RunConfig,
                 corpus: Corpus | None, questions: list[Question]) -> str:
     """A hash of everything that decides a cell's outputs."""
+    # How this machine runs the model (the engine's path and kernels) decides no output; the
+    # older machine facts stay in, so the cells of runs made before them keep their fingerprint.
+    model = {k: v for k, v in backend_facts.items() if k != "engine"}
     return stable_hash({
-        "model": backend_facts, "format": cell.format, "toolset": cell.toolset,
+        "model": model, "format": cell.format, "toolset": cell.toolset,
         "tools": toolset_schemas, "retrieval": cell.retrieval.record(),
         "corpus": corpus.version if corpus and cell.retrieval.on else None,
         "chunking": config.chunking.model_dump() if cell.retrieval.on else None,
@@ -191,7 +195,7 @@ class Run:
         self.cells = config.cells()
         if resume is not None:
             self.store = RunStore(resume)
-            self.manifest: dict[str, Any] | None = self.store.read_json("manifest.json")
+            self._manifest: dict[str, Any] | None = self.store.read_json("manifest.json")
             self.run_id = self.manifest["run_id"]
             self.questions = list(self.store.questions().values())
         else:
@@ -200,7 +204,7 @@ class Run:
             self.run_id = self.shard.run_id(out_root, config.hash(),
                                             lambda: new_run_id(config.name, config.hash()))
             self.store = RunStore(out_root / self.run_id)
-            self.manifest = None
+            self._manifest = None  # written by _begin, once the run starts
             self.shard.refuse_an_earlier_run(self.store.path)
         self.corpus = None
         if config.corpus and any(c.retrieval.on for c in self.cells):
@@ -232,11 +236,18 @@ class Run:
                 raise
         return self.store.path
 
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The run's manifest: read on a resume, made by _begin on a fresh run."""
+        if self._manifest is None:
+            raise RuntimeError("the run's manifest is made when the run begins")
+        return self._manifest
+
     # -- rank 0 ----------------------------------------------------------------------------
     def _begin(self) -> None:
-        if self.manifest is None:
+        if self._manifest is None:
             corpus = self.corpus
-            self.manifest = {
+            self._manifest = {
                 "run_id": self.run_id, "schema_version": SCHEMA_VERSION, "status": "running",
                 "config": self.config.to_dict(),
                 "config_source": self.config.source, "config_hash": self.config.hash(),
@@ -332,6 +343,9 @@ class Run:
                                       "EVALPIPE_PART_TIMEOUT", str(24 * 3600))))
         if merged is not None:
             self.echo(f"merged {self.shard.world} parts: {merged} samples")
+        else:  # the cells of a model ran together: their samples in the grid's order
+            with storage(store.samples_path):
+                parallel.merge_parts(store.path, 1, cell_order=[c.id for c in self.cells])
         if self.retry_infra:
             retried = store.fold_retries()
             still = len(self._infra_samples()[0])
@@ -362,13 +376,14 @@ class Run:
         """Say in the manifest how the run ended, with the space kept for it on a full
         disk. If even that fails, an EvalpipeError's one line says so. A resume that
         failed before it began leaves the run's manifest as it was."""
-        if self.manifest is None or (self.resumed and not self.begun):
+        if self._manifest is None or (self.resumed and not self.begun):
             return
         self.manifest.update(status=status, error=error, ended=_now())
         why = self.store.write_last_manifest(self.manifest)
         if why is not None and isinstance(exc, EvalpipeError):
-            exc.args = (f"{exc}; the manifest could not be marked {status} either ({why}): "
-                        + "it still says running",)
+            message = (f"{exc}; the manifest could not be marked {status} either ({why}): "
+                       "it still says running")
+            exc.args = (message,)
 
     # -- helper ranks ----------------------------------------------------------------------
     def _execute_helper(self, engine: Engine) -> None:
@@ -389,11 +404,13 @@ class Run:
                    after_cell: Callable[[CellRuntime], None] | None = None,
                    progress: bool = False, warn: Callable[[str], None] | None = None) -> int:
         """Generate every (cell, question, repeat) of this shard not yet `done`, one model
-        loaded at a time, a cell's repeats one after another (each with its own seed); each
-        finished group of samples is written. Returns the count written. Once `stop` is
-        set no conversation or turn starts; those in flight finish and are written. After
-        each model, `warn` hears of a cell whose backend seems to have ignored its tools
-        (health.py)."""
+        loaded at a time, the repeats one after another (each with its own seed); the cells
+        of a model share one generation session, so every decode step serves all their
+        rows. Each finished group of one cell's samples is written (the cells' groups
+        interleaved, each cell's in question order; _finish puts the file in grid order).
+        Returns the count written. Once `stop` is set no conversation or turn starts;
+        those in flight finish and are written. After each model, `warn` hears of a cell
+        whose backend seems to have ignored its tools (health.py)."""
         config, mine = self.config, self.shard.questions(self.questions)
         count = 0
         seeds = config.repeat_seeds()
@@ -404,39 +421,48 @@ class Run:
             if not any(todo.values()) or stop:
                 continue
             backend = load_backend(model)
+            if (line := backend.log_line()) is not None:  # which path it takes, and why
+                self.echo(line)
             facts = backend.describe()
             served = backend.served_identity() if on_cell is not None else None
-            first_tokens: dict[str, dict[str, int]] = {}  # cell -> question -> first prompt
-            offered: dict[str, list[dict[str, Any]]] = {}  # cell -> its tools' schemas
-            for cell in model_cells:
-                runtime = _runtime(cell, backend, facts, config, self.corpus, self.questions)
-                offered[cell.id] = runtime.toolset.schemas()
+            runtimes = [_runtime(cell, backend, facts, config, self.corpus, self.questions)
+                        for cell in model_cells]
+            # cell -> its tools' schemas; cell -> question -> first prompt's tokens
+            offered = {rt.cell_id: rt.toolset.schemas() for rt in runtimes}
+            first_tokens: dict[str, dict[str, int]] = {}
+            for cell, runtime in zip(model_cells, runtimes):
                 if on_cell is not None:
                     on_cell(cell, runtime, facts, served)
-                for r, seed in enumerate(seeds):
-                    left = todo[(cell.id, r)]
-                    if not left or stop:
-                        continue
-                    # A repeat differs from the first only in its seed (and its number).
-                    repeat = dataclasses.replace(runtime, repeat=r, generation=dataclasses.replace(
-                        runtime.generation, seed=seed))
-                    # The engine draws questions as conversations end: a lazy, stoppable list.
-                    pending = itertools.takewhile(lambda q: not stop, left)
-                    desc = cell.id if len(seeds) == 1 else f"{cell.id} #{r + 1}/{len(seeds)}"
-                    # Samples done and time spent, no estimate: batched conversations end in
-                    # waves, so a rate over the first ones says nothing about the rest.
-                    with tqdm(total=len(mine), initial=len(mine) - len(left), desc=desc,
-                              bar_format=BAR_FORMAT, dynamic_ncols=True,
-                              disable=not progress) as bar:
-                        for samples in engine.run(repeat, pending, self.run_id,
-                                                  progress=bar.update, stop=lambda: bool(stop)):
-                            records = [s.to_dict() for s in samples]
-                            self.write(records)
-                            count += len(samples)
-                            seen = first_tokens.setdefault(cell.id, {})
-                            for qid, tokens in first_turn_tokens(records).items():
-                                seen.setdefault(qid, tokens)
-                if after_cell is not None and not stop:  # the model is still loaded
+            for r, seed in enumerate(seeds):
+                # A repeat differs from the first only in its seed (and its number). The
+                # engine draws questions as conversations end: lazy, stoppable lists.
+                jobs = [(dataclasses.replace(runtime, repeat=r, generation=dataclasses.replace(
+                    runtime.generation, seed=seed)), itertools.takewhile(lambda q: not stop, left))
+                    for runtime in runtimes if (left := todo[(runtime.cell_id, r)])]
+                if not jobs or stop:
+                    continue
+                with contextlib.ExitStack() as bars:
+                    # One bar per cell: samples done and time spent, no estimate (batched
+                    # conversations end in waves, so a rate over the first says nothing).
+                    shown = [bars.enter_context(tqdm(
+                        total=len(mine), initial=len(mine) - len(todo[(job.cell_id, r)]),
+                        desc=job.cell_id if len(seeds) == 1
+                        else f"{job.cell_id} #{r + 1}/{len(seeds)}",
+                        position=i, bar_format=BAR_FORMAT, dynamic_ncols=True,
+                        disable=not progress)) for i, (job, _) in enumerate(jobs)]
+                    def advance(job: int, ended: int, bars: list[Any] = shown) -> None:
+                        bars[job].update(ended)
+
+                    for samples in engine.run_cells(jobs, self.run_id, stop=lambda: bool(stop),
+                                                    progress=advance):
+                        records = [s.to_dict() for s in samples]
+                        self.write(records)
+                        count += len(samples)
+                        seen = first_tokens.setdefault(samples[0].cell_id, {})
+                        for qid, tokens in first_turn_tokens(records).items():
+                            seen.setdefault(qid, tokens)
+            if after_cell is not None and not stop:  # the model is still loaded
+                for runtime in runtimes:
                     after_cell(runtime)
             if warn is not None:
                 for problem in _ignored_tools(model_cells, first_tokens, offered):
@@ -496,6 +522,9 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
     toolset = build_toolset(cell.toolset, custom=config.custom_tools, limits=limits)
     toolset.stub_result = config.schema_tools.result
     if retrieval.mode == "tool":  # agentic RAG: retrieval is one more tool
+        if search is None:
+            raise InputError("a retrieval tool needs a corpus", field="corpus",
+                             expected="a corpus folder beside retrieval mode 'tool'")
         toolset = toolset.with_tools(search_site_tool(search, k))
     fmt = get_format(cell.format, tools=toolset.schemas())
     settings = {

@@ -28,12 +28,13 @@ import warnings
 from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from evalpipe import jsonl
 from evalpipe.errors import DataWarning, EvalpipeError, InputError, StorageError
 from evalpipe.identity import sample_key
 from evalpipe.questions import Question, parse_question
+from evalpipe.records import SampleRecord
 
 PACKAGES = ("evalpipe", "torch", "transformers", "datasets", "scikit-learn", "numpy", "gguf",
             "accelerate", "jsonschema")
@@ -56,7 +57,7 @@ def storage(path: Path, what: str = "write"):
 
 
 def package_versions() -> dict[str, str | None]:
-    out = {}
+    out: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             out[name] = metadata.version(name)
@@ -86,7 +87,7 @@ def machine() -> dict[str, Any]:
 class RunStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self._lock_file = None
+        self._lock_file: TextIO | None = None  # held open while this process writes
 
     @property
     def samples_path(self) -> Path:
@@ -105,20 +106,21 @@ class RunStore:
         """Hold the run's lock for as long as this process writes it."""
         with storage(self.path, "create the run directory"):
             self.path.mkdir(parents=True, exist_ok=True)
-            self._lock_file = open(self.path / ".lock", "a+")
+            # closed by unlock(): the lock lasts as long as the file is open
+            lock_file = open(self.path / ".lock", "a+")  # noqa: SIM115
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._lock_file.seek(0)
-            holder = self._lock_file.read().strip() or "another process"
-            self._lock_file.close()
-            self._lock_file = None
+            lock_file.seek(0)
+            holder = lock_file.read().strip() or "another process"
+            lock_file.close()
             raise RunLockedError(f"{self.path} is being written by {holder}; refusing a second "
                                  "writer") from None
-        self._lock_file.seek(0)
-        self._lock_file.truncate()
-        self._lock_file.write(f"pid {os.getpid()} on {platform.node()}\n")
-        self._lock_file.flush()
+        lock_file.seek(0)
+        lock_file.truncate()
+        lock_file.write(f"pid {os.getpid()} on {platform.node()}\n")
+        lock_file.flush()
+        self._lock_file = lock_file
 
     def unlock(self) -> None:
         self.release()
@@ -260,7 +262,7 @@ class RunStore:
         """Replace judgements.jsonl whole (one record per judged sample)."""
         self.write_text("judgements.jsonl", "".join(jsonl.dumps(r) for r in records))
 
-    def iter_samples(self, path: Path | None = None) -> Iterator[dict[str, Any]]:
+    def iter_samples(self, path: Path | None = None) -> Iterator[SampleRecord]:
         """Every complete sample, streamed, once: a torn last line is dropped and a
         second record of a (cell, question, repeat) is skipped, each with a DataWarning."""
         path = path or self.samples_path
@@ -275,7 +277,8 @@ class RunStore:
                 warnings.warn(DataWarning(
                     f"{path}:{line}: a second record of cell {key[0]!r}, question {key[1]!r}"
                     + (f", repeat {key[2]}" if key[2] else "")
-                    + f" (the first is on line {first[key]}); only the first is counted"))
+                    + f" (the first is on line {first[key]}); only the first is counted"),
+                    stacklevel=2)
                 continue
             first[key] = line
             yield record
@@ -285,7 +288,7 @@ class RunStore:
         judgements.jsonl), as written; none when the file is absent."""
         yield from (record for _, _, record in jsonl.scan(path))
 
-    def read_samples(self, repair: bool = False) -> list[dict[str, Any]]:
+    def read_samples(self, repair: bool = False) -> list[SampleRecord]:
         """Every complete sample, once; a torn last line (from a kill mid-write) is
         dropped, and with repair=True also cut from the file so appends continue cleanly."""
         if repair:

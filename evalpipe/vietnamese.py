@@ -37,7 +37,7 @@ def _letters(nfd: str) -> list[tuple[str, str]] | None:
                 return None
             base, marks = out[-1]
             out[-1] = (base, marks + ch)
-        elif ch.isascii() and ch.isalpha() or ch in "đĐ":
+        elif (ch.isascii() and ch.isalpha()) or ch in "đĐ":
             out.append((ch, ""))
         else:
             return None

@@ -239,8 +239,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             g["bfcl_pass"] += r["bfcl"]
             g["agree"] += r["bfcl"] == r["evalpipe"]
             g["agree_bfcl"] += r["bfcl"] == r["match_bfcl"]
-    lines = ["| category | perturbation | cases | BFCL passes | agree (evalpipe rules) "
-             "| agree (match: bfcl) |", "|---|---|---:|---:|---:|---:|"]
+    lines = [("| category | perturbation | cases | BFCL passes | agree (evalpipe rules) "
+             "| agree (match: bfcl) |"), "|---|---|---:|---:|---:|---:|"]
     for (cat, kind), g in sorted(groups.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
         lines.append(f"| {cat} | {kind} | {g['n']} | {g['bfcl_pass']} | "
                      f"{g['agree'] / g['n']:.1%} | {g['agree_bfcl'] / g['n']:.1%} |")

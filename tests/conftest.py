@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # tests import these from helpers; the names stay here for older imports
-from helpers import CHATML, REPO, ScriptedBackend, last_user, write_jsonl  # noqa: F401
+from helpers import CHATML, REPO, VECTOR_WIDTHS, ScriptedBackend, last_user, write_jsonl  # noqa: F401
 from hypothesis import settings
 
 # Hypothesis fails an example slower than 200 ms by default: on a loaded machine that is
@@ -28,6 +28,28 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(params=list(VECTOR_WIDTHS))
+def vector_width(request, monkeypatch) -> str:
+    """The engine's kernels built for each target in turn (EVALPIPE_KERNEL_MARCH), each
+    checked to have built at the width the target stands for; a target this CPU cannot
+    run is skipped with the flags it lacks (tests/test_native.py still compiles it)."""
+    from evalpipe.backends.local import native
+
+    if native.compiler() is None:
+        pytest.skip("no C compiler on this machine: the kernels are not built")
+    missing = native.missing_flags(request.param)
+    if missing:
+        pytest.skip(f"this CPU cannot run -march={request.param} (no {', '.join(missing)})")
+    monkeypatch.setenv(native.MARCH_ENV, request.param)
+    for source in native.sources():
+        kernel = native.state(source)
+        assert kernel.lib is not None, f"{source.name} for -march={request.param}: " \
+            f"{kernel.why_not}"
+        if VECTOR_WIDTHS[request.param] is not None:
+            assert kernel.lib.simd_lanes() == VECTOR_WIDTHS[request.param]
+    return request.param
+
+
 @pytest.fixture
 def scripted():
     return ScriptedBackend
@@ -45,8 +67,8 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    corpus = ["What is 12 times 7? The answer is 84.", "<tool_call>{\"name\": \"add\", "
-              "\"arguments\": {\"a\": 1, \"b\": 2}}</tool_call>", "Bao nhiêu? Tính 3 cộng 4."] * 20
+    corpus = ["What is 12 times 7? The answer is 84.", ("<tool_call>{\"name\": \"add\", "
+              "\"arguments\": {\"a\": 1, \"b\": 2}}</tool_call>"), "Bao nhiêu? Tính 3 cộng 4."] * 20
     tok.train_from_iterator(corpus, trainers.BpeTrainer(
         vocab_size=400, special_tokens=special,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))

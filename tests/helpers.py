@@ -21,6 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 needs_compiler = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                     reason="no C compiler on this machine: the kernel is not built")
 
+# Every vector width simd.h has: x86-64-v2 builds its 4-lane path (SSE), v3 its 8-lane
+# one (AVX2), v4 its 16-lane one (AVX-512); native is the default build.
+VECTOR_WIDTHS = {"native": None, "x86-64-v2": 4, "x86-64-v3": 8, "x86-64-v4": 16}
+
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -120,6 +124,57 @@ def tiny_llama(*, hidden_size: int = 64, intermediate_size: int = 128, heads: in
                          max_position_embeddings=max_positions, bos_token_id=1,
                          eos_token_id=eos, pad_token_id=0)
     return LlamaForCausalLM(config).eval()
+
+
+def tiny_qwen2(*, tied: bool = True, heads: int = 7, kv_heads: int = 1, head_dim: int = 64,
+               eos: int = 2):
+    """A 2-layer Qwen2 with random weights (seed 0), q/k/v biases and a 96-token
+    vocabulary: seven query heads per key head as in Qwen2.5-0.5B, a head size the rotary
+    kernel takes, and its output layer tied to the embedding or not (the 0.5B's is not)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=96, hidden_size=heads * head_dim, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, max_position_embeddings=1024,
+                         bos_token_id=1, eos_token_id=eos, pad_token_id=0,
+                         tie_word_embeddings=tied)
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():  # biases large enough that a product without them shows
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0.0, 0.5)
+    return model
+
+
+def two_prefixes(rows: int, kv_heads: int, dim: int, p_len: int):
+    """Two prefixes stored one after another, as a batch holding the rows of two cells
+    keeps them: the first `p_len` positions, the second (shorter) from the next multiple
+    of 32, zeros between; row i on the first (i % 3 == 0), on none (1) or on the second
+    (2). ((keys, values) [1, kv_heads, width, dim], starts, lengths), or (None, zeros,
+    zeros) for p_len 0."""
+    import torch
+
+    zeros = torch.zeros(rows, dtype=torch.int64)
+    if not p_len:
+        return None, zeros, zeros
+    second, start = p_len // 2 + 5, -(-p_len // 32) * 32
+    keys, values = (torch.randn(1, kv_heads, start + second, dim) for _ in "kv")
+    for t in (keys, values):
+        t[:, :, p_len:start] = 0.0
+    kind = torch.arange(rows) % 3
+    starts = torch.where(kind == 2, start, 0)
+    lengths = torch.where(kind == 0, p_len, torch.where(kind == 2, second, 0))
+    return (keys, values), starts, lengths
+
+
+def prefix_columns(starts, lengths, width: int):
+    """[rows, width] bool: the prefix positions each row attends to."""
+    import torch
+
+    cols = torch.arange(width)[None]
+    return (cols >= starts[:, None]) & (cols < (starts + lengths)[:, None])
 
 
 def greedy_reference(model, prompt: list[int], n: int, eos: int) -> list[int]:

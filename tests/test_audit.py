@@ -16,7 +16,7 @@ from evalpipe.store import RunStore
 def test_audit_regenerates_turns_and_reports_agreement(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.setenv("EVALPIPE_GENERATION_CACHE", str(tmp_path / "gen.sqlite"))
     cfg = _config(tmp_path, tiny_model_dir, temperature=0.0)
-    run = _run(cfg, tmp_path / "out", "models=[{id: %s, dtype: float32}]" % tiny_model_dir)
+    run = _run(cfg, tmp_path / "out", f"models=[{{id: {tiny_model_dir}, dtype: float32}}]")
     audit = audit_run(run, sample=3, echo=lambda s: None)
     assert [c["name"] for c in audit["conditions"]] == ["batch 1", "batched",
                                                         "batch 1 bfloat16"]

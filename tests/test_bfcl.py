@@ -173,7 +173,7 @@ def _cell(backend, call_only=True, stub=None):
 
 
 def _run(cell, q):
-    return [s for ended in Engine().run(cell, [q], "run") for s in ended][0]
+    return next(s for ended in Engine().run(cell, [q], "run") for s in ended)
 
 
 CALL = ('<tool_call>{"name": "weather.get", "arguments": {"city": "Paris", "scale": 2, '

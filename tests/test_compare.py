@@ -114,7 +114,7 @@ def test_pairs_flips_and_category_moves(run_a, run_b):
     assert exact.diff == pytest.approx(-1 / 6)
     assert exact.p_mcnemar == pytest.approx(1.0)
     assert not exact.regression  # 6 pairs: the interval reaches above 0
-    by_suite = {suite: m for suite, m in tools.by_suite}
+    by_suite = dict(tools.by_suite)
     assert by_suite["arithmetic"].diff == pytest.approx(-0.5)
     assert by_suite["site_rag"].diff == pytest.approx(0.5)
     assert not any(m.regression for m in by_suite.values())  # never gated
@@ -126,7 +126,8 @@ def test_pairs_flips_and_category_moves(run_a, run_b):
     assert "verdict: NOT COMPARED: only 6 question(s) were paired" in text  # too few to gate
     md = render_markdown(cmp)
     assert "| exact | 6 | 66.7 | 50.0 | -16.7 |" in md
-    assert "| exact [arithmetic] | 4 | 75.0 | 25.0 | -50.0 |" in md and "| correct | no_tool_call | 1 |" in md
+    assert "| exact [arithmetic] | 4 | 75.0 | 25.0 | -50.0 |" in md
+    assert "| correct | no_tool_call | 1 |" in md
 
 
 def test_fingerprint_mismatch_warns_or_refuses(run_a, tmp_path):

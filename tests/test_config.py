@@ -76,7 +76,7 @@ def test_a_misspelt_set_override_names_the_override(tmp_path):
 
 
 def test_unknown_backend_lists_the_backends():
-    with pytest.raises(InputError, match="transformers | replay") as err:
+    with pytest.raises(InputError, match=r"transformers \| replay") as err:
         parse_config({**BASE, "models": [{"id": "m", "backend": "vllm"}]})
     assert err.value.field == "models[0].backend"
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from evalpipe._validate import validate_paths
 from evalpipe.corpus import chunk_corpus, load_corpus
 from evalpipe.questions import load_questions
 from evalpipe.tools.builtin import CALCULATOR
-from evalpipe._validate import validate_paths
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "datasets"

@@ -145,9 +145,9 @@ def test_window_bounds_the_open_conversations_and_refills():
     most = 0
 
     class Counting(GenerationSession):
-        def submit(self, key, prompt):  # each open conversation has one turn queued
+        def submit(self, key, prompt, group=None):  # each open conversation: one turn queued
             nonlocal most
-            super().submit(key, prompt)
+            super().submit(key, prompt, group)
             most = max(most, len(self.queue))
 
     backend = ScriptedBackend(lambda p: "3")
@@ -183,3 +183,42 @@ def test_progress_hears_of_each_conversation_as_it_ends():
     seen = []
     list(Engine().run(cell_for(backend), [Q, other], "run", progress=seen.append))
     assert [n for n in seen if n] == [1, 1]  # one after turn 0, the other after turn 1
+
+
+def test_a_stop_ends_every_cell_of_a_shared_session_alike():
+    """Once stop() is true no cell of a shared session opens a conversation or submits a
+    turn; each cell yields what ended (after the first dropped one too), nothing else."""
+    import dataclasses
+
+    def reply(prompt):  # the first question of a cell needs a tool, the rest answer at once
+        return call("add", a=1, b=2) if "Question 0" in prompt and TOOL_RESULT not in prompt \
+            else "Done."
+
+    backend = ScriptedBackend(reply)
+    cells = [dataclasses.replace(cell_for(backend), cell_id=name) for name in ("a", "b")]
+    questions = [Question(id=f"q{i}", suite="s", question=f"Question {i}", answer="x")
+                 for i in range(6)]
+    polls, submits_after_stop = [], []
+
+    class Counting(GenerationSession):
+        def submit(self, key, prompt, group=None):
+            if polls:
+                submits_after_stop.append(key)
+            super().submit(key, prompt, group)
+
+        def poll(self):
+            out = super().poll()
+            polls.append(len(out))
+            return out
+
+    engine = Engine(Counting)
+    ended = list(engine.run_cells([(cell, questions) for cell in cells], "run", window=2,
+                                  stop=lambda: bool(polls)))
+    assert polls == [4]  # two conversations per cell, one poll, then the stop
+    assert submits_after_stop == []
+    assert [[(s.cell_id, s.question_id) for s in group] for group in ended] == [
+        [("a", "q1")], [("b", "q1")]]  # q0 wanted a tool turn: dropped, run again on resume
+    polls.clear()
+    everything = [s for group in Engine().run_cells([(cell, questions) for cell in cells],
+                                                    "run", window=2) for s in group]
+    assert len(everything) == 12

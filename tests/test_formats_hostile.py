@@ -14,8 +14,8 @@ SCHEMAS = build_toolset("math").schemas()
 
 # A call whose name key, or one of whose arguments, is given twice, per JSON-based format.
 DUPLICATES = [
-    ("hermes", '<tool_call>{"name": "add", "name": "subtract", "arguments": {"a": 5, "b": 3}}'
-               "</tool_call>", "subtract", {"a": 5, "b": 3}),
+    ("hermes", ('<tool_call>{"name": "add", "name": "subtract", "arguments": {"a": 5, "b": 3}}'
+               "</tool_call>"), "subtract", {"a": 5, "b": 3}),
     ("native", '<tool_call>{"name": "add", "arguments": {"a": 5, "a": 9, "b": 3}}</tool_call>',
      "add", {"a": 9, "b": 3}),
     ("json", '{"tool": "add", "tool": "subtract", "parameters": {"a": 5, "b": 3}}',
@@ -23,8 +23,8 @@ DUPLICATES = [
     ("json", '{"tool": "add", "parameters": {"a": 5, "b": 3, "b": 4}}', "add", {"a": 5, "b": 4}),
     ("xml", '<tool_call>{"name": "add", "arguments": {"a": 1, "a": 2, "b": 3}}</tool_call>',
      "add", {"a": 2, "b": 3}),
-    ("hermes", '<tool_call>{"name": "add", "arguments": "{\\"a\\": 1, \\"a\\": 2, \\"b\\": 3}"}'
-               "</tool_call>", "add", {"a": 2, "b": 3}),
+    ("hermes", ('<tool_call>{"name": "add", "arguments": "{\\"a\\": 1, \\"a\\": 2, \\"b\\": 3}"}'
+               "</tool_call>"), "add", {"a": 2, "b": 3}),
 ]
 
 
@@ -44,8 +44,8 @@ def test_duplicate_keys_strict_is_an_error_lenient_is_repaired(name, reply, tool
 @pytest.mark.parametrize("reply", [
     "<tool_call>\n<function=null.5</function>\n</tool_call>",
     "<tool_call>\n<function=add\"}>\n<parameter=a>1</parameter>\n</function>\n</tool_call>",
-    "<tool_call>\n<function=add>\n<parameter=a</parameter>\n1\n</parameter>\n</function>\n"
-    "</tool_call>",
+    ("<tool_call>\n<function=add>\n<parameter=a</parameter>\n1\n</parameter>\n</function>\n"
+    "</tool_call>"),
     "<tool_call>\n<function=add>\n<parameter=1a>\n1\n</parameter>\n</function>\n</tool_call>",
 ])
 @pytest.mark.parametrize("lenient", [True, False])

@@ -8,15 +8,16 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from evalpipe._validate import gold_warnings
 from evalpipe.cli import main as cli
 from evalpipe.questions import load_questions
-from evalpipe._validate import gold_warnings
 
 REPO = Path(__file__).resolve().parents[1]
 OLD = ("# 2024 hosts\n\n- lang: en\n\n| host | role | notes |\n|---|---|---|\n"
        "| cua-to | reverse proxy | nginx 1.24 |\n")
 NEW = ("# 2025 hosts\n\n- lang: en\n\nAfter the migration, the host table changed.\n\n"
-       "| host | role | notes |\n|---|---|---|\n| cua-to | reverse proxy (Caddy 2.8.4) | 4 vCPU |\n")
+       "| host | role | notes |\n|---|---|---|\n"
+       "| cua-to | reverse proxy (Caddy 2.8.4) | 4 vCPU |\n")
 MIGRATION = ("# Moving to Caddy\n\n- lang: en\n\nAs of 15 January 2025, cua-to runs Caddy 2.8.4 "
              "as its reverse proxy.\n")
 

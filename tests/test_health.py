@@ -26,8 +26,8 @@ def test_prompts_too_short_to_hold_the_tools_are_flagged():
     full = {q: 53 + int(ABOUT) for q in short}
     assert ignored_tools("m/hermes/calculator/no-rag", full, SCHEMAS) is None
     # against the same questions without tools: the prompts must grow by the tools
-    plain = {q: 40 for q in short}
-    assert ignored_tools("c", {q: 43 for q in short}, SCHEMAS, plain) is not None
+    plain = dict.fromkeys(short, 40)
+    assert ignored_tools("c", dict.fromkeys(short, 43), SCHEMAS, plain) is not None
     assert ignored_tools("c", {q: 40 + int(ABOUT) for q in short}, SCHEMAS, plain) is None
     assert ignored_tools("c", short, []) is None  # no tools offered
     assert ignored_tools("c", {"q1": 5}, SCHEMAS) is None  # too few samples to tell

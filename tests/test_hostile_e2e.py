@@ -72,7 +72,8 @@ VALID_CALLS = st.sampled_from([
     ToolCall("add", {"a": 12, "b": 30}), ToolCall("multiply", {"a": 42, "b": 7}),
     ToolCall("divide", {"a": 2.5, "b": 1000}), ToolCall("multiply", {"a": HUGE, "b": HUGE}),
     ToolCall("add", {"a": HUGE, "b": 1}), ToolCall("fib", {"n": 1000}),
-    ToolCall("power", {"base": 10, "exponent": 300}), ToolCall("power", {"base": 2, "exponent": 0.5}),
+    ToolCall("power", {"base": 10, "exponent": 300}),
+    ToolCall("power", {"base": 2, "exponent": 0.5}),
     ToolCall("divide", {"a": 1, "b": 0}), ToolCall("sqrt", {"x": -1}),
     ToolCall("multiply", {"a": 1e308, "b": 10}), ToolCall("subtract", {"a": -1e308, "b": 1e308}),
 ])

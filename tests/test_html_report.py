@@ -147,7 +147,7 @@ def test_html_in_headless_browser(report_file):
 def test_skip_reason_without_chromium():
     if shutil.which("chromium") or Path(CHROMIUM).exists():
         pytest.skip("chromium present: the browser test runs instead")
-    with pytest.raises(pytest.skip.Exception, match="setup-browser.sh"):
+    with pytest.raises(pytest.skip.Exception, match=r"setup-browser\.sh"):
         _browser()
 
 

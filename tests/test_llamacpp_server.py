@@ -238,7 +238,7 @@ def test_a_served_model_judges_through_the_openai_backend(server, tmp_path):
     from click.testing import CliRunner
 
     from evalpipe.cli import main
-    from evalpipe.judge import load_labels
+    from evalpipe.scoring.agreement import load_labels
 
     labels = tmp_path / "labels.jsonl"
     labels.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"

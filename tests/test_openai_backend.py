@@ -188,8 +188,8 @@ def test_render_is_canonical_json_in_chat_completions_shape():
         {"role": "assistant", "content": "", "tool_calls": [
             {"id": "call_0_0", "type": "function", "function": {"name": "add",
                                                                  "arguments": {"a": 1, "b": 2}}},
-            {"id": "call_0_1", "type": "function", "function": {"name": "add",
-                                                                 "arguments": '{"a": 3, "b": 4}'}}]},
+            {"id": "call_0_1", "type": "function",
+             "function": {"name": "add", "arguments": '{"a": 3, "b": 4}'}}]},
         {"role": "tool", "tool_call_id": "call_0_0", "name": "add", "content": "3"},
         {"role": "tool", "tool_call_id": "call_0_1", "name": "add", "content": "7"},
         {"role": "user", "content": "again", "format_feedback": True},

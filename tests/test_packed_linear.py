@@ -19,8 +19,9 @@ pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
 def test_panel_kernel_builds_here():
     """Wherever a compiler is, whatever the vector width (it once built for AVX-512 alone,
     so AVX2 machines silently ran oneDNN)."""
-    assert packed_linear._panel_kernel() is not None
-    assert packed_linear.panel_width() in (8, 16, 64)  # SSE or NEON, AVX2, AVX-512
+    lib = packed_linear._panel_kernel()
+    assert lib is not None
+    assert lib.panel_width() in (8, 16, 64)  # SSE or NEON, AVX2, AVX-512
     assert packed_linear.kernel_for(torch.float32) == "panel"
 
 
@@ -69,16 +70,19 @@ def test_layers_of_another_layout_keep_their_own_projections():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2, attention_bias=True)
+                         num_attention_heads=4, num_key_value_heads=2, mlp_bias=True)
     model = LlamaForCausalLM(config).eval()
-    assert not fused_layer.fusable(model.model.layers[0])
+    assert fused_layer.why_not(model.model.layers[0]) == \
+        "its MLP's gate and up projections have biases"
     stock = model.model.layers[0].forward
     packed = PackedLinears.install(model, budget_bytes=1 << 30)
     assert packed is not None and model.model.layers[0].forward == stock
+    assert packed.fused == 0 and packed.unfused == {
+        "its MLP's gate and up projections have biases": 1}
     x = torch.randn(8, 64)
-    q = model.model.layers[0].self_attn.q_proj
+    up = model.model.layers[0].mlp.up_proj
     with torch.inference_mode(), packed.active():
-        assert torch.allclose(q(x), torch.nn.functional.linear(x, q.weight, q.bias),
+        assert torch.allclose(up(x), torch.nn.functional.linear(x, up.weight, up.bias),
                               rtol=1e-5, atol=1e-6)
 
 
@@ -122,12 +126,10 @@ def test_embedded_model_replies_equal_generate_one_at_a_time(default_backend):
 
 @pytest.mark.parametrize("rows, inner, out", [(1, 64, 128), (5, 37, 96), (13, 576, 200),
                                               (64, 100, 64)])
-def test_panel_product_equals_linear(rows, inner, out):
+def test_panel_product_equals_linear(rows, inner, out, vector_width):
     """Panels of the kernel's width for any output width (zeros past it), rows in tiles
     of six and a remainder, an inner size that is no whole number of vectors, and a
     bias."""
-    if packed_linear._panel_kernel() is None:
-        pytest.skip("no C compiler: the panel kernel is not built")
     torch.manual_seed(rows + out)
     weight, bias = torch.randn(out, inner), torch.randn(out)
     x = torch.randn(2, rows, inner + 3)[:, :, :inner]  # strided, as a sliced activation
@@ -139,12 +141,10 @@ def test_panel_product_equals_linear(rows, inner, out):
 
 
 @pytest.mark.parametrize("rows, inner", [(1000, 576), (700, 1536)])
-def test_large_products_in_chunks_are_the_same_sums(rows, inner):
+def test_large_products_in_chunks_are_the_same_sums(rows, inner, vector_width):
     """Inputs over 2 MB are multiplied in chunks of rows (prefill sizes); each output is
     the same sum in the same order as in a small product, bit for bit, the last chunk's
     missing tiles included (1,000 rows: 167 tiles in chunks of 3)."""
-    if packed_linear._panel_kernel() is None:
-        pytest.skip("no C compiler: the panel kernel is not built")
     torch.manual_seed(rows)
     weight = torch.randn(200, inner)
     x = torch.randn(rows, inner)
@@ -156,12 +156,10 @@ def test_large_products_in_chunks_are_the_same_sums(rows, inner):
 
 
 @pytest.mark.parametrize("rows, inner, out", [(1, 64, 128), (7, 37, 96), (1000, 576, 200)])
-def test_gated_product_is_silu_of_gate_times_up(rows, inner, out):
+def test_gated_product_is_silu_of_gate_times_up(rows, inner, out, vector_width):
     """The gate/up product with SwiGLU's activation applied in the kernel equals
     torch's silu(x gate^T) * (x up^T), for output widths that are no whole number of
     panels, a remainder of rows and a prefill-sized input taken in chunks."""
-    if packed_linear._panel_kernel() is None:
-        pytest.skip("no C compiler: the panel kernel is not built")
     torch.manual_seed(rows)
     gate, up = torch.randn(out, inner) * 0.2, torch.randn(out, inner) * 0.2
     x = torch.randn(rows, inner)
@@ -173,11 +171,9 @@ def test_gated_product_is_silu_of_gate_times_up(rows, inner, out):
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-3)  # sums in another order
 
 
-def test_gated_activation_holds_at_the_extremes():
+def test_gated_activation_holds_at_the_extremes(vector_width):
     """silu(g) * u where the exponential would overflow or underflow, at zero and at
     inf/nan, with gate = up = the input (one input, weight 1)."""
-    if packed_linear._panel_kernel() is None:
-        pytest.skip("no C compiler: the panel kernel is not built")
     g = torch.tensor([-1e4, -100.0, -87.0, -20.0, -1e-3, -0.0, 0.0, 1e-3, 1.0, 20.0, 87.0,
                       100.0, 1e4, 3e38, float("inf"), float("nan")])
     got = packed_linear.gated(g[:, None], packed_linear.pack_gated(torch.ones(16, 1),
@@ -196,16 +192,12 @@ def test_other_dtypes_and_no_compiler_take_onednn(monkeypatch):
     if packed_linear.onednn_available(torch.bfloat16):  # not on an AVX2-only CPU
         assert not isinstance(packed_linear.pack(weight.bfloat16()), packed_linear.Panels)
     monkeypatch.setenv("EVALPIPE_NATIVE_KERNELS", "0")
-    packed_linear._panel_kernel.cache_clear()
-    try:
-        packed = packed_linear.pack(weight)
-        assert not isinstance(packed, packed_linear.Panels)
-        x = torch.randn(8, 64)
-        assert torch.allclose(packed_linear.matmul(x, packed), x @ weight.t(), atol=1e-5)
-        gate, up = weight[:48], weight[48:]
-        both = packed_linear.pack_gated(gate, up)
-        assert not isinstance(both.data, packed_linear.Panels)
-        assert torch.allclose(packed_linear.gated(x, both),
-                              torch.nn.functional.silu(x @ gate.t()) * (x @ up.t()), atol=1e-5)
-    finally:
-        packed_linear._panel_kernel.cache_clear()
+    packed = packed_linear.pack(weight)
+    assert not isinstance(packed, packed_linear.Panels)
+    x = torch.randn(8, 64)
+    assert torch.allclose(packed_linear.matmul(x, packed), x @ weight.t(), atol=1e-5)
+    gate, up = weight[:48], weight[48:]
+    both = packed_linear.pack_gated(gate, up)
+    assert not isinstance(both.data, packed_linear.Panels)
+    assert torch.allclose(packed_linear.gated(x, both),
+                          torch.nn.functional.silu(x @ gate.t()) * (x @ up.t()), atol=1e-5)

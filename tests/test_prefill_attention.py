@@ -20,9 +20,9 @@ from evalpipe.backends.local.batching import BatchGenerator, PrefixStore
 pytestmark = helpers.needs_compiler
 
 
-def _plain(query, key, value, columns, prefix, prefix_rows, scale):
+def _plain(query, key, value, columns, prefix, starts, lengths, scale):
     """The attention written plainly: query i (the chunk's tokens are the last q of the
-    row's S columns) sees the prefix where its row has it, and own column c when
+    row's S columns) sees its row's part of the prefixes, and own column c when
     columns[c] and c <= S - q + i; one softmax; no column at all gives zeros."""
     b, heads, q_len, _ = query.shape
     s_len, groups = key.shape[2], heads // key.shape[1]
@@ -32,7 +32,8 @@ def _plain(query, key, value, columns, prefix, prefix_rows, scale):
     if prefix is not None:
         pk, pv = (t.expand(b, -1, -1, -1) for t in prefix)
         k, v = torch.cat([pk, k], 2), torch.cat([pv, v], 2)
-        shared = prefix_rows.view(b, 1, 1).expand(b, q_len, pk.shape[2])
+        shared = helpers.prefix_columns(starts, lengths, pk.shape[2])[:, None].expand(
+            b, q_len, pk.shape[2])
         allowed = torch.cat([shared, allowed], -1)
     k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
     scores = (query * scale) @ k.transpose(-1, -2)
@@ -52,7 +53,8 @@ def _cache(b, kv_heads, s_len, dim, spare=7):
     (4, 6, 2, 16, 33, 97, 64),     # query and key blocks that do not divide the chunk
     (2, 8, 2, 128, 40, 40, 30),    # a head size of two value passes
     (5, 9, 3, 64, 2, 20, 3)])      # two query tokens
-def test_kernel_equals_plain_attention(rows, heads, kv_heads, dim, q_len, s_len, p_len):
+def test_kernel_equals_plain_attention(rows, heads, kv_heads, dim, q_len, s_len, p_len,
+                                        vector_width):
     torch.manual_seed(rows * 100 + q_len)
     query = torch.randn(rows, q_len, heads, dim).transpose(1, 2)  # strided, as the layer's
     key, value = _cache(rows, kv_heads, s_len, dim), _cache(rows, kv_heads, s_len, dim)
@@ -61,13 +63,12 @@ def test_kernel_equals_plain_attention(rows, heads, kv_heads, dim, q_len, s_len,
         columns[r, : r * 7] = False  # left padding, longer on each row
         if r % 2:
             columns[r, s_len // 3: s_len // 3 + 4] = False  # a gap, as a kept turn leaves
-    prefix = (torch.randn(1, kv_heads, p_len, dim), torch.randn(1, kv_heads, p_len, dim)) \
-        if p_len else None
-    prefix_rows = torch.tensor([r % 3 != 1 for r in range(rows)])
+    prefix, starts, lengths = helpers.two_prefixes(rows, kv_heads, dim, p_len)
+    ranges = own_attention.Ranges.of(starts, lengths, prefix[0].shape[2] if prefix else 0)
     assert prefill_attention.takes(query, key, value)
-    got = prefill_attention.attend(query, key, value, columns, prefix, prefix_rows, dim ** -0.5)
+    got = prefill_attention.attend(query, key, value, columns, prefix, ranges, dim ** -0.5)
     assert got.shape == (rows, q_len, heads, dim) and got.is_contiguous()
-    want = _plain(query, key, value, columns, prefix, prefix_rows, dim ** -0.5)
+    want = _plain(query, key, value, columns, prefix, starts, lengths, dim ** -0.5)
     assert torch.allclose(got, want, atol=2e-6), (got - want).abs().max()
 
 
@@ -76,10 +77,11 @@ def test_a_query_that_attends_to_nothing_gets_zeros():
     query, key = torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16)
     columns = torch.ones(1, 8, dtype=torch.bool)
     columns[0, :3] = False
-    out = prefill_attention.attend(query, key, key, columns, None, torch.tensor([False]), 0.25)
+    none = own_attention.Ranges.none(1)
+    out = prefill_attention.attend(query, key, key, columns, None, none, 0.25)
     assert torch.isfinite(out).all()
     assert torch.equal(out[:, :3], torch.zeros_like(out[:, :3]))
-    want = _plain(query, key, key, columns, None, torch.tensor([False]), 0.25)
+    want = _plain(query, key, key, columns, None, none.starts, none.lengths, 0.25)
     assert torch.allclose(out, want, atol=2e-6)
 
 
@@ -88,11 +90,11 @@ def test_shapes_the_kernel_does_not_take():
     assert not prefill_attention.takes(torch.randn(1, 2, 1, 16), key, key)  # decode: other kernel
     assert not prefill_attention.takes(torch.randn(1, 2, 8, 16).bfloat16(), key.bfloat16(),
                                        key.bfloat16())
-    assert not prefill_attention.takes(torch.randn(1, 2, 8, 24), torch.randn(1, 2, 80, 24),
-                                       torch.randn(1, 2, 80, 24))  # not whole vectors
+    assert not prefill_attention.takes(torch.randn(1, 2, 8, 18), torch.randn(1, 2, 80, 18),
+                                       torch.randn(1, 2, 80, 18))  # not whole vectors
     with pytest.raises(TypeError, match="bool"):
         prefill_attention.attend(torch.randn(1, 2, 8, 16), key, key, torch.ones(1, 80),
-                                 None, torch.tensor([False]), 0.25)
+                                 None, own_attention.Ranges.none(1), 0.25)
 
 
 def _long_prompts():
@@ -124,15 +126,11 @@ def test_long_prompts_equal_generate(monkeypatch):
 @pytest.mark.usefixtures("one_torch_thread")
 def test_without_the_kernel_the_model_attention_gives_the_same_replies(monkeypatch):
     monkeypatch.setenv("EVALPIPE_NATIVE_KERNELS", "0")
-    own_attention.kernel.cache_clear()
-    try:
-        model = helpers.tiny_llama()
-        prompts = _long_prompts()[:3]
-        refs = [reference(model, p, 8, -1) for p in prompts]
-        gen = BatchGenerator(model, [-1], 0, PrefixStore())
-        chunk = torch.randn(1, 2, 8, 16)
-        assert not prefill_attention.takes(chunk, chunk, chunk)
-        rows = gen.generate(prompts, max_new_tokens=8, batch_size=3, prefix_reuse=True)
-        assert [r.tokens for r in rows] == refs
-    finally:
-        own_attention.kernel.cache_clear()
+    model = helpers.tiny_llama()
+    prompts = _long_prompts()[:3]
+    refs = [reference(model, p, 8, -1) for p in prompts]
+    gen = BatchGenerator(model, [-1], 0, PrefixStore())
+    chunk = torch.randn(1, 2, 8, 16)
+    assert not prefill_attention.takes(chunk, chunk, chunk)
+    rows = gen.generate(prompts, max_new_tokens=8, batch_size=3, prefix_reuse=True)
+    assert [r.tokens for r in rows] == refs

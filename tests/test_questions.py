@@ -16,7 +16,7 @@ GOOD = {"id": "a1", "suite": "arithmetic", "question": "1234 nhân 5678?", "answ
 
 def write(tmp_path, lines):
     path = tmp_path / "q.jsonl"
-    path.write_text("\n".join(l if isinstance(l, str) else json.dumps(l) for l in lines) + "\n")
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
     return path
 
 

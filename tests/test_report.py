@@ -121,7 +121,7 @@ def test_csv_is_tidy(data):
     assert (base["toolset"], base["retrieval"], base["retrieval_method"]) == ("none", "none", "")
     keys = [(r["cell_id"], r["suite"], r["metric"]) for r in rows]
     assert len(keys) == len(set(keys))  # one row per cell x suite x metric
-    by = {k: r for k, r in zip(keys, rows)}
+    by = dict(zip(keys, rows))
     r = by[(TOOLS, "arithmetic", "exact")]
     assert (float(r["value"]), int(r["n"])) == (0.75, 4) and 0 < float(r["lo"]) < 0.75
     assert float(by[(TOOLS, "site_rag", "recall@3")]["value"]) == 0.5

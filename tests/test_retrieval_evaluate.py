@@ -72,7 +72,8 @@ def test_bad_method_is_an_input_error() -> None:
 
 def test_method_labels() -> None:
     assert method_label({}) == "bm25"
-    assert method_label({"method": "hybrid_weighted", "weight": 0.3}) == "hybrid_weighted weight=0.3"
+    weighted = {"method": "hybrid_weighted", "weight": 0.3}
+    assert method_label(weighted) == "hybrid_weighted weight=0.3"
     assert method_label({"method": "dense", "bigrams": False}) == "dense"
 
 

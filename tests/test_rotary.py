@@ -26,11 +26,8 @@ def torch_rotation(y, cos, sin, heads, kv_heads, dim):
     return q, k, y[:, heads + kv_heads:]
 
 
-@needs_compiler
 @pytest.mark.parametrize("rows, t, cos_rows", [(3, 1, 3), (4, 37, 4), (1, 600, 1), (5, 9, 1)])
-def test_rotation_into_the_cache_is_the_models_bit_for_bit(rows, t, cos_rows):
-    if rotary.kernel() is None:
-        pytest.fail("a C compiler is here but the rotary kernel did not build")
+def test_rotation_into_the_cache_is_the_models_bit_for_bit(rows, t, cos_rows, vector_width):
     heads, kv_heads, dim, used = 9, 3, 64, 11
     torch.manual_seed(t)
     y = torch.randn(rows, t, (heads + 2 * kv_heads) * dim) * 3
@@ -63,8 +60,7 @@ def test_rotation_grows_a_full_cache_and_declines_what_it_cannot_take():
     assert layer.length == 7  # declined calls wrote nothing
 
 
-@needs_compiler
-def test_engine_replies_with_the_kernel_equal_generate(monkeypatch):
+def test_engine_replies_with_the_kernel_equal_generate(monkeypatch, vector_width):
     """Head size 64 (the kernel takes multiples of 32): the engine's greedy replies equal
     generate's, and its decoder layers went through the kernel."""
     model = helpers.tiny_llama(hidden_size=128, intermediate_size=256, heads=2, kv_heads=1)

@@ -179,6 +179,6 @@ def test_validate_reports_every_bad_form_with_file_line_and_field(tmp_path):
     path = tmp_path / "q.jsonl"
     path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
     errors = validate_paths([str(path)])
-    assert errors == [f"{path}:2: field 'gold_calls[0].arguments.a.$anny': unknown key in a "
+    assert errors == [(f"{path}:2: field 'gold_calls[0].arguments.a.$anny': unknown key in a "
                       'gold value form: expected "$any", "$optional", "$strings" (write "$$" '
-                      'for a literal "$")']
+                      'for a literal "$")')]

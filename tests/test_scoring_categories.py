@@ -121,7 +121,8 @@ def test_correct_sample_fields():
     assert out["retrieval"] is None
     # the hand-built turns record no prefix or attributed compute: 0 tokens, compute unknown
     assert out["cost"] == {"prompt_tokens": 120 + 180 + 240, "prefix_tokens": 0,
-                           "completion_tokens": 72, "turns": 3, "prefill_compute_ms": None,
+                           "completion_tokens": 72, "turns": 3, "cached_turns": 0,
+                           "prefill_compute_ms": None,
                            "prefill_ms": 36.0, "ttft_ms": 12.0, "decode_ms": 240.0,
                            "wall_ms": 250.0}
 

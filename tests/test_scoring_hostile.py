@@ -104,7 +104,7 @@ def test_tool_failures_are_kept_apart_from_model_failures(question, steps, categ
 
 
 def test_a_sample_the_scorer_fails_on_is_recorded_and_the_rest_is_scored(monkeypatch):
-    import evalpipe.scoring.run as run
+    from evalpipe.scoring import run
 
     real = run.score_sample
 

@@ -34,11 +34,12 @@ def test_corruption_before_the_last_line_is_an_error(tmp_path):
 
 
 def test_a_second_writer_is_refused(tmp_path):
-    # The holder sleeps only to keep its lock until the test kills it; nothing waits on time.
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from evalpipe.store import RunStore; "
-         f"s = RunStore({str(tmp_path)!r}); s.lock(); print('locked', flush=True); time.sleep(30)"],
-        stdout=subprocess.PIPE, text=True)
+    script = ("import sys, time; from evalpipe.store import RunStore; "
+              f"s = RunStore({str(tmp_path)!r}); s.lock(); print('locked', flush=True); "
+              # The holder sleeps only to keep its lock until the test kills it; nothing
+              # waits on time.
+              "time.sleep(30)")
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(RunLockedError, match="refusing a second writer"):

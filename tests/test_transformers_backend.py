@@ -62,7 +62,7 @@ def test_attended_columns_count_every_computed_token(tiny_llama, prompts_and_eos
     """`attended` sums, over the tokens the model computed, the key columns each one sees
     (its position + 1): prompt tokens past the reused prefix, then one per decoded token
     (the last chosen token of a row is never fed)."""
-    prompts, eos, refs = prompts_and_eos
+    prompts, eos, _refs = prompts_and_eos
     gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
     rows = gen.generate(prompts, max_new_tokens=20, batch_size=5, prefix_reuse=reuse)
     shared = len(common_prefix(prompts)) if reuse else 0

@@ -123,7 +123,7 @@ def build_report(run: RunData) -> dict[str, Any]:
 
     probe = probe_summary(run.probe)
 
-    def cost_fields(cell: str | None) -> dict[str, Any]:
+    def cost_fields(cell: str) -> dict[str, Any]:
         gc = (groups.get((cell, "all")) or {}).get("cost", {})
         pc = probe.get(cell) or {}
         return {f: pc.get(f[len("probe_"):]) if f.startswith("probe_") else gc.get(f)
@@ -138,7 +138,8 @@ def build_report(run: RunData) -> dict[str, Any]:
         row = {"cell_id": c, **facet_of[c], "baseline": bases.get(c), "n": g.get("n"),
                "cached": (g.get("cost") or {}).get("cached_samples", 0),
                "probe_n": (probe.get(c) or {}).get("n", 0), "fields": fields, "ratios": {}}
-        base = cost_fields(bases.get(c)) if bases.get(c) else {}
+        base_cell = bases.get(c)
+        base = cost_fields(base_cell) if base_cell else {}
         for f in RATIO_FIELDS:
             mine = (fields.get(f) or {}).get("mean")
             theirs = (base.get(f) or {}).get("mean")
@@ -152,8 +153,9 @@ def build_report(run: RunData) -> dict[str, Any]:
     facts = run_facts(run.manifest)
     facts["models"] = list(dict.fromkeys([*facts["models"],
                                           *(c["model"] for c in cell_rows if c["model"])]))
-    return {"run_id": run.run_id, "run": facts, "k": k, "scorer_version": run.scores.get("scorer_version"),
-            "rescored": run.rescored, "suites": suites, "cells": cell_rows,
+    return {"run_id": run.run_id, "run": facts, "k": k,
+            "scorer_version": run.scores.get("scorer_version"), "rescored": run.rescored,
+            "suites": suites, "cells": cell_rows,
             "category_order": order, "accuracy": accuracy, "categories": categories,
             "cost": cost, "repeats": repeats, "audit": run.audit,
             "unscored": run.scores.get("unscored") or [],

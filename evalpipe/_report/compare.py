@@ -28,6 +28,7 @@ import numpy as np
 
 from evalpipe._report.load import RunData
 from evalpipe.errors import InputError
+from evalpipe.questions import Question
 from evalpipe.scoring.stats import Z80, Z95, cluster_bootstrap, detectable_difference
 
 METRICS = ("exact", "format_valid", "plan_exact", "recall@k")
@@ -184,7 +185,7 @@ def match_cells(a: RunData, b: RunData, strict: bool = False
     fingerprint; failing that, with the B cell of the same id (a warning names the
     settings that differ; refused with strict)."""
     warnings: list[str] = []
-    b_by_fp = {}
+    b_by_fp: dict[str, str] = {}
     for c in b.cells():
         fp = b.cell_info(c).get("fingerprint")
         if fp:
@@ -240,11 +241,14 @@ def match_cells(a: RunData, b: RunData, strict: bool = False
 
 
 def _question_sets(a: RunData, b: RunData) -> tuple[list[str], list[str], list[str], list[str]]:
-    qa = a.questions or {s["question_id"]: None for s in a.scores["samples"]}
-    qb = b.questions or {s["question_id"]: None for s in b.scores["samples"]}
+    # without questions.jsonl, the ids of the scored samples (and no text to compare)
+    qa: dict[str, Question | None] = {**a.questions} or {
+        s["question_id"]: None for s in a.scores["samples"]}
+    qb: dict[str, Question | None] = {**b.questions} or {
+        s["question_id"]: None for s in b.scores["samples"]}
     shared = [q for q in qa if q in qb]
-    changed = [q for q in shared if qa[q] is not None and qb[q] is not None
-               and qa[q].to_dict() != qb[q].to_dict()]
+    changed = [q for q in shared if (x := qa[q]) is not None and (y := qb[q]) is not None
+               and x.to_dict() != y.to_dict()]
     only_a = [q for q in qa if q not in qb]
     only_b = [q for q in qb if q not in qa]
     return [q for q in shared if q not in changed], only_a, only_b, changed

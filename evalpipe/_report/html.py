@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
@@ -27,6 +28,7 @@ from evalpipe._report.render import (
     report_notes,
 )
 from evalpipe.prompts import block_texts
+from evalpipe.records import SampleRecord, ScoredSample
 from evalpipe.scoring.retrieval_metrics import covers
 
 PAGE_SIZE = 200
@@ -49,9 +51,9 @@ def _chunk_rows(chunks: list[dict[str, Any]], gold: list[dict[str, Any]], source
     return out
 
 
-def sample_view(scored: dict[str, Any], sample: dict[str, Any] | None, question) -> dict[str, Any]:
-    """What the browser shows for one sample (JSON-able)."""
-    sample = sample or {}
+def sample_view(scored: ScoredSample, raw: SampleRecord | None, question) -> dict[str, Any]:
+    """What the browser shows for one sample (JSON-able); `raw`: its line of samples.jsonl."""
+    sample: Mapping[str, Any] = raw or {}
     gold_passages = list(getattr(question, "gold_passages", None) or [])
     retrieved = _chunk_rows(sample.get("retrieved") or [], gold_passages, "prepend")
     seen = {(r["doc"], r["start"], r["end"], r["source"]) for r in retrieved}
@@ -212,8 +214,9 @@ Scorer version {html.escape(str(data.get('scorer_version')))}.</p>
 <span id="sample-count"></span></div>
 <table id="samples" data-page="{PAGE_SIZE}"><colgroup><col class="w-cell">
 <col class="w-suite"><col class="w-qid"><col class="w-exact"><col class="w-category">
-<col class="w-answer"></colgroup><thead><tr><th>cell</th><th>suite</th><th>question</th><th>exact</th>
-<th>category</th><th>final answer</th></tr></thead><tbody id="sample-body"></tbody></table>
+<col class="w-answer"></colgroup><thead><tr><th>cell</th><th>suite</th><th>question</th>
+<th>exact</th><th>category</th><th>final answer</th></tr></thead>
+<tbody id="sample-body"></tbody></table>
 <button id="more" type="button">Show more</button>
 </section></main>
 <script type="application/json" id="sample-data">{_json_script(views)}</script>

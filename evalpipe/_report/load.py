@@ -9,6 +9,7 @@ from typing import Any
 
 from evalpipe.errors import InputError
 from evalpipe.questions import Question
+from evalpipe.records import SampleRecord
 from evalpipe.store import RunStore, require_finished, run_status
 
 # Parameter counts of the registered aliases, used when a run's manifest does not
@@ -22,7 +23,7 @@ class RunData:
     path: Path
     manifest: dict[str, Any]
     questions: dict[str, Question]
-    samples: list[dict[str, Any]]
+    samples: list[SampleRecord]
     scores: dict[str, Any]
     rescored: bool = False  # scores computed here because scores.json was missing
     audit: dict[str, Any] | None = None  # audit.json, written by `evalpipe audit`
@@ -92,7 +93,7 @@ def load_run(path: str | Path, allow_partial: bool = False) -> RunData:
 
 
 def score_in_memory(manifest: dict[str, Any], questions: dict[str, Question],
-                    samples: list[dict[str, Any]], k: int | None = None,
+                    samples: list[SampleRecord], k: int | None = None,
                     judgements: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     from evalpipe.scoring.run import score_records
 
@@ -161,8 +162,9 @@ _SIZE = re.compile(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)\s*([mb])(?![a-z])", re.IGNORE
 
 def model_parameters(run: RunData, cell_id: str) -> tuple[float | None, str]:
     """(parameter count, where it came from): the backend's own count recorded in the
-    manifest (manifest["cells"][cell]["model"]["parameters"], from backend.describe()), else the known count of a registered alias, else the nominal size in the
-    model id ("...-270m", "...-1.5B"); (None, "unknown") otherwise."""
+    manifest (manifest["cells"][cell]["model"]["parameters"], from backend.describe()),
+    else the known count of a registered alias, else the nominal size in the model id
+    ("...-270m", "...-1.5B"); (None, "unknown") otherwise."""
     info = run.cell_info(cell_id)
     settings = info.get("settings") or {}
     model = settings.get("model")

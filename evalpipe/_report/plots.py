@@ -173,7 +173,7 @@ def categories_stacked(data: dict[str, Any]) -> bytes | None:
     for cat in order:
         widths = [r["shares"][cat]["rate"] or 0.0 for r in rows]
         ax.barh(labels, widths, left=left, label=cat,
-                color=CATEGORY_COLOURS.get(cat, None), edgecolor="white", linewidth=0.5)
+                color=CATEGORY_COLOURS.get(cat), edgecolor="white", linewidth=0.5)
         left = [a + b for a, b in zip(left, widths)]
     ax.set_xlim(0, 1)
     ax.invert_yaxis()
@@ -184,16 +184,20 @@ def categories_stacked(data: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
-def _cost_points(data: dict[str, Any]) -> list[tuple[str, float, float | None, dict]]:
+CostPoint = tuple[str, float, float | None, dict[str, Any]]
+
+
+def _cost_points(data: dict[str, Any]) -> list[CostPoint]:
     """(cell, mean tokens, mean wall ms or None, exact match) of the cells with both."""
-    pts = []
+    pts: list[CostPoint] = []
     for r in data["cost"]:
         m = _exact(data, r["cell_id"], "all")
         f = r["fields"]
-        tokens = [(f.get(x) or {}).get("mean") for x in ("prompt_tokens", "completion_tokens")]
-        if m is None or None in tokens:
+        prompt, completion = ((f.get(x) or {}).get("mean")
+                              for x in ("prompt_tokens", "completion_tokens"))
+        if m is None or prompt is None or completion is None:
             continue
-        pts.append((r["cell_id"], sum(tokens), (f.get("wall_ms") or {}).get("mean"), m))
+        pts.append((r["cell_id"], prompt + completion, (f.get("wall_ms") or {}).get("mean"), m))
     return pts
 
 
@@ -209,16 +213,16 @@ def accuracy_vs_cost(data: dict[str, Any]) -> bytes | None:
         return None
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for ax, idx, label in ((axes[0], 1, "tokens per sample (prompt + completion)"),
-                           (axes[1], 2, WALL_LABEL)):
-        for i, p in enumerate(pts):
-            if p[idx] is None:
+    for ax, xs, label in ((axes[0], [p[1] for p in pts], "tokens per sample (prompt + completion)"),
+                          (axes[1], [p[2] for p in pts], WALL_LABEL)):
+        for i, (p, x) in enumerate(zip(pts, xs, strict=True)):
+            if x is None:
                 continue
             lo, hi = _err(p[3])
-            ax.errorbar([p[idx]], [p[3]["rate"]], yerr=[[lo], [hi]], marker="o", capsize=3,
+            ax.errorbar([x], [p[3]["rate"]], yerr=[[lo], [hi]], marker="o", capsize=3,
                         color=f"C{i % 10}", label=p[0])
         ax.set_xlabel(label)
-        _scale_x(ax, [p[idx] for p in pts if p[idx] is not None])
+        _scale_x(ax, [x for x in xs if x is not None])
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("exact match (all suites)")
     axes[0].set_ylim(-0.02, 1.02)

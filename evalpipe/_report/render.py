@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 from evalpipe._report.build import COST_FIELDS, MAIN_METRICS, RATIO_FIELDS, metric_label
 from evalpipe._report.tables import BFCL_SUITE, markdown_table, unscored_text, verdicts_text
@@ -14,7 +14,7 @@ from evalpipe._report.tables import BFCL_SUITE, markdown_table, unscored_text, v
 DASH = "-"
 
 
-def _num(x: Any) -> bool:
+def _num(x: Any) -> TypeGuard[int | float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 

@@ -13,11 +13,12 @@ from typing import Any
 
 from evalpipe.errors import InputError
 from evalpipe.prompts import block_texts, turn_prompt
+from evalpipe.records import SampleRecord
 from evalpipe.store import RunStore
 
 
 def find_samples(run_dir: str | Path, question_id: str, cell: str | None = None
-                 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+                 ) -> tuple[list[SampleRecord], dict[str, str]]:
     """The samples of `question_id` (in one cell, or every cell), and the prompt block
     texts of their cells."""
     store = RunStore(run_dir)
@@ -74,8 +75,8 @@ def render_sample(sample: dict[str, Any], texts: dict[str, str]) -> str:
         for e in t.get("tool_events") or []:
             result = (f"{e.get('error')}: {e.get('error_message')}" if e.get("error")
                       else json.dumps(e.get("result"), ensure_ascii=False, default=str))
-            out.append(f"  tool {e.get('name')}({json.dumps(e.get('arguments'), ensure_ascii=False)})"
-                       f" -> {result}")
+            arguments = json.dumps(e.get("arguments"), ensure_ascii=False)
+            out.append(f"  tool {e.get('name')}({arguments}) -> {result}")
         for p in t.get("parse_errors") or []:
             out.append(f"  parse error {p.get('kind')}: {p.get('message')}")
     out.append(_rule("final answer"))

@@ -90,8 +90,8 @@ def unscored_text(unscored: list[dict[str, Any]]) -> str:
     """The samples the scorer failed on (kept out of every rate), one line each."""
     if not unscored:
         return ""
-    lines = [f"\n{len(unscored)} sample(s) could not be scored and are left out of every "
-             "rate (category scorer_error):\n"]
+    lines = [(f"\n{len(unscored)} sample(s) could not be scored and are left out of every "
+             "rate (category scorer_error):\n")]
     for u in unscored[:MAX_UNSCORED_LISTED]:
         lines.append(f"- cell {u.get('cell_id')}, question {u.get('question_id')}, "
                      f"repeat {u.get('repeat')}: {u.get('scorer_error')}")

@@ -52,7 +52,9 @@ class GenerationSession:
     `poll` returns at least one (key, Generation) while anything is pending. This
     default sends everything submitted since the last poll through one
     `backend.generate` call; a backend that can add prompts to a running batch
-    overrides `Backend.session`.
+    overrides `Backend.session`. `submit`'s `group` names prompts that share a
+    prefix (the cells of a model that share a session submit one group each); a
+    session that reuses prefixes keeps one per group, the others ignore it.
     """
 
     def __init__(self, backend: Backend, settings: GenerationSettings):
@@ -66,7 +68,7 @@ class GenerationSession:
     def pending(self) -> int:
         return len(self.queue)
 
-    def submit(self, key: Hashable, prompt: str) -> None:
+    def submit(self, key: Hashable, prompt: str, group: Hashable = None) -> None:
         self.queue.append((key, prompt))
 
     def poll(self) -> list[tuple[Hashable, Generation]]:
@@ -85,13 +87,13 @@ def run_dry(session: GenerationSession, prompts: list[str], progress=None) -> li
     """Submit every prompt, poll until all are answered: the replies in prompt order."""
     for i, prompt in enumerate(prompts):
         session.submit(i, prompt)
-    out: list[Generation | None] = [None] * len(prompts)
+    replies: dict[Hashable, Generation] = {}
     while session.pending:
-        for i, gen in session.poll():
-            out[i] = gen
+        for key, gen in session.poll():
+            replies[key] = gen
             if progress is not None:
                 progress(1)
-    return out  # type: ignore[return-value]
+    return [replies[i] for i in range(len(prompts))]
 
 
 class Backend(ABC):
@@ -124,6 +126,11 @@ class Backend(ABC):
     def describe(self) -> dict[str, Any]:
         """Facts for the manifest and the cell fingerprint."""
         return {"model_id": self.model_id}
+
+    def log_line(self) -> str | None:
+        """One line for the run's log on how this backend runs its model (which path, and
+        why); None: nothing to say."""
+        return None
 
     def served_identity(self) -> dict[str, Any] | None:
         """What the model that answers says it is, observed at run time, for a backend

@@ -103,8 +103,9 @@ class OpenAIBackend(Backend):
         return self.template.supports_tools if self.template is not None else True
 
     def describe(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {"model_id": self.model_id, "backend": "openai", "base_url": self.base_url,
-                 "mode": self.mode, "served_model": self.served_model}
+        facts: dict[str, Any] = {"model_id": self.model_id, "backend": "openai",
+                                 "base_url": self.base_url, "mode": self.mode,
+                                 "served_model": self.served_model}
         if self.template is not None:
             facts["chat_template_hash"] = self.template.hash
         if self.stop:
@@ -180,7 +181,8 @@ class OpenAIBackend(Backend):
                               error=self.client.clean(exc.reason))
         except Exception as exc:  # noqa: BLE001 - an odd reply fails this prompt, not the batch
             return Generation("", finish_reason="error",
-                              error=self.client.clean(f"openai backend: {type(exc).__name__}: {exc}"))
+                              error=self.client.clean(
+                                  f"openai backend: {type(exc).__name__}: {exc}"))
 
     def _body(self, prompt: dict[str, Any], settings: GenerationSettings) -> dict[str, Any]:
         body: dict[str, Any] = {"model": prompt["model"], "max_tokens": settings.max_new_tokens,
@@ -232,7 +234,7 @@ class _InFlightSession(GenerationSession):
     def pending(self) -> int:
         return self.in_flight
 
-    def submit(self, key, prompt: str) -> None:
+    def submit(self, key, prompt: str, group=None) -> None:
         self.in_flight += 1
         self.jobs.put((key, prompt))
         if self.workers < min(self.openai.concurrency, self.in_flight):

@@ -27,7 +27,7 @@ from evalpipe.backends.base import (
     GenerationSettings,
     cut_plain_turn,
 )
-from evalpipe.backends.local import allocator, batching
+from evalpipe.backends.local import allocator, batching, native
 from evalpipe.backends.local.cpu import AUTO, resolve_dtype
 from evalpipe.backends.local.cpu import DTYPES as DTYPE_NAMES
 from evalpipe.backends.models import ALIASES, quiet_loading, resolve_model
@@ -60,6 +60,24 @@ def render_chat(tokenizer, messages, tools) -> str:
     """The exact prompt text of a conversation, as the model is sent it."""
     return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
                                          tokenize=False)
+
+
+def engine_line(model_id: str, engine: dict[str, Any]) -> str:
+    """One line for the run's log: the path a model takes and why, and on the batching
+    loop its fused layers and kernels (the same facts the manifest records)."""
+    line = f"{model_id}: {engine['path']} ({engine['why']})"
+    if "fused_layers" in engine:
+        line += f"; fused layers {engine['fused_layers']}" + "".join(
+            f" ({n}: {why})" for why, n in engine["unfused"].items())
+        line += f"; linears {engine['linear']}"
+    kernels = engine.get("kernels", {})
+    built = {k["march"] + ", " + k["compiler"] for k in kernels.values() if k["built"]}
+    if kernels:
+        line += "; kernels " + ", ".join(
+            f"{name} {k['lanes']} lanes" if k["built"] else f"{name} not built ({k['why_not']})"
+            for name, k in kernels.items())
+        line += "".join(f" (-march={b})" for b in sorted(built))
+    return line
 
 
 class _FirstTokenClock:
@@ -116,17 +134,20 @@ class TransformersBackend(Backend):
         if generation not in ("auto", "loop", "hf"):
             raise InputError(f"unknown generation mode {generation!r}", field="generation",
                              expected="auto | loop | hf")
-        loop_ok = batching.supported(self.model)
-        if generation == "loop" and not loop_ok:
-            raise InputError(f"model '{model_id}' has a cache the batching loop does not handle",
+        why_not_loop = batching.unsupported(self.model)
+        if generation == "loop" and why_not_loop:
+            raise InputError(f"model '{model_id}' cannot run in the batching loop: {why_not_loop}",
                              field="generation", expected="auto | hf")
-        self.generation = "loop" if generation == "auto" and loop_ok else generation
+        self.generation = "loop" if generation == "auto" and not why_not_loop else generation
         if self.generation == "auto":
             self.generation = "hf"
+        self.path_why = (why_not_loop or "") if generation == "auto" else \
+            f"generation={generation!r} was asked for"
         self.prefix_reuse = prefix_reuse
         self.prefix_store = batching.PrefixStore()
         self.batcher = batching.BatchGenerator(self.model, self.eos_ids,
                                                self.tokenizer.pad_token_id, self.prefix_store)
+        self.engine = self._engine_facts()
 
     def _eos_ids(self) -> list[int]:
         ids = self.model.generation_config.eos_token_id
@@ -135,9 +156,31 @@ class TransformersBackend(Backend):
             ids.append(self.tokenizer.eos_token_id)
         return sorted(set(ids))
 
+    def _engine_facts(self) -> dict[str, Any]:
+        """How this machine runs the model: the engine's batching loop or `model.generate`
+        and why, and on the loop the fused layers and every kernel's state."""
+        import transformers
+
+        facts: dict[str, Any] = {"transformers": transformers.__version__}
+        if self.generation == "hf":
+            return {"path": "model.generate", "why": self.path_why, **facts}
+        packed = self.batcher.packed
+        facts = {"path": "batching loop", "why": self.path_why or
+                 "every attention layer keeps a full cache", **facts}
+        if packed is not None:
+            layers = packed.fused + sum(packed.unfused.values())
+            facts.update(linear=packed.kernel, fused_layers=f"{packed.fused} of {layers}",
+                         unfused=packed.unfused)
+        if self.device == "cpu":
+            facts["kernels"] = native.states()
+        return facts
+
     @property
     def template_supports_tools(self) -> bool:
         return "tools" in (self.tokenizer.chat_template or "")
+
+    def log_line(self) -> str:
+        return engine_line(self.model_id, self.engine)
 
     def describe(self) -> dict[str, Any]:
         config = self.model.config
@@ -157,6 +200,7 @@ class TransformersBackend(Backend):
             # How this machine multiplies (not part of the model's identity: see cache.py).
             "linear_kernel": self.batcher.packed.kernel if self.generation == "loop"
                              and self.batcher.packed is not None else "stock",
+            "engine": self.engine,  # likewise: the path taken and the kernels' states
         }
 
     def render(self, messages, tools):
@@ -236,7 +280,7 @@ class TransformersBackend(Backend):
                 top_p=settings.top_p if sampling else None, top_k=None,
                 eos_token_id=self.eos_ids, pad_token_id=self.tokenizer.pad_token_id,
                 logits_processor=[clock])
-        except (RuntimeError, ValueError) as exc:  # e.g. out of memory: these rows fail, not the run
+        except (RuntimeError, ValueError) as exc:  # out of memory: these rows fail, not the run
             return [Generation("", finish_reason="error", error=f"{type(exc).__name__}: {exc}")
                     for _ in prompts]
         end = time.perf_counter()
@@ -263,6 +307,8 @@ class TransformersBackend(Backend):
 class _LoopSession(GenerationSession):
     """Prompts join the running batch of the decode loop as they are submitted."""
 
+    backend: TransformersBackend
+
     def __init__(self, backend: TransformersBackend, settings: GenerationSettings,
                  prefix_reuse: bool | None = None):
         super().__init__(backend, settings)
@@ -275,8 +321,9 @@ class _LoopSession(GenerationSession):
     def pending(self) -> int:
         return self.decoder.pending
 
-    def submit(self, key, prompt: str) -> None:
-        self.decoder.submit(key, self.backend.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    def submit(self, key, prompt: str, group=None) -> None:
+        ids = self.backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        self.decoder.submit(key, ids, group)
 
     def poll(self):
         while self.decoder.pending:

@@ -115,7 +115,8 @@ def _param_types(functions: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for f in functions:
         props = (f.get("parameters") or {}).get("properties") or {}
-        out[f["name"]] = {k: v.get("type") for k, v in props.items() if isinstance(v, dict)}
+        out[f["name"]] = {k: v["type"] for k, v in props.items()
+                          if isinstance(v, dict) and isinstance(v.get("type"), str)}
     return out
 
 

@@ -12,7 +12,7 @@ import json
 import os
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from evalpipe.errors import EvalpipeError, InputError
 from evalpipe.paths import cache_dir
@@ -91,7 +91,7 @@ class BfclData:
     def close(self) -> None:
         self._zip.close()
 
-    def __enter__(self) -> BfclData:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

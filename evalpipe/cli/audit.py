@@ -18,9 +18,9 @@ def audit(run_dir, sample, seed):
     other dtype (float32 <-> bfloat16) where the backend has one; print the share of
     identical replies and verdicts per cell and write RUN_DIR/audit.json (shown by
     `evalpipe report`)."""
-    from evalpipe.audit import audit_run
     from evalpipe._report.render import audit_grid
     from evalpipe._report.tables import markdown_table
+    from evalpipe.audit import audit_run
 
     result = audit_run(run_dir, sample=sample, seed=seed, echo=echo)
     header, rows = audit_grid({"audit": result})

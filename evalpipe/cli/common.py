@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from evalpipe.errors import DataWarning, EvalpipeError
+from evalpipe.errors import DataWarning, EngineWarning, EvalpipeError
 
 DEFAULT_CONFIG = "configs/default.yaml"
 # What may not reach a terminal raw: control characters but tab and newline (ESC starts
@@ -34,13 +34,14 @@ _format_warning = warnings.formatwarning
 
 
 def _format(message, category, filename, lineno, line=None) -> str:
-    if issubclass(category, DataWarning):  # the file and line are in the message
+    if issubclass(category, (DataWarning, EngineWarning)):  # the message says what and where
         return f"warning: {terminal_safe(str(message))}\n"
     return _format_warning(message, category, filename, lineno, line)
 
 
 def show_data_warnings() -> None:
-    """Print each DataWarning (a torn or repeated record read around) as one line."""
+    """Print each DataWarning (a torn or repeated record read around) and EngineWarning
+    (a kernel that did not build) as one line."""
     warnings.formatwarning = _format
 
 

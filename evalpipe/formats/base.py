@@ -101,7 +101,7 @@ class Format(ABC):
 
     name: str = ""
 
-    def __init__(self, tools: list[dict[str, Any]] | None = None):
+    def __init__(self, tools: list[dict[str, Any]] | None = None):  # noqa: B027 -- optional
         """`tools`: the cell's tool schemas, for a format that reads argument types from
         them before any `prepare` call (xml); the others need none."""
 

@@ -64,7 +64,7 @@ def call_from_object(obj: Any, where: str, *, lenient: bool, name_key: str = "na
         else:
             raw_args, repaired = obj[other], True
     args, err, fixed = arguments_from(raw_args, lenient, where)
-    if err:
+    if args is None:
         return None, err, False
     return ToolCall(name.strip(), args), None, repaired or fixed
 
@@ -103,9 +103,10 @@ def calls_from_text(body: str, where: str, *, lenient: bool, allow_list: bool,
         label = where if len(items) == 1 else f"{where} item {i}"
         call, err, fixed = call_from_object(item, label, lenient=lenient,
                                             name_key=name_key, args_key=args_key)
-        if err:
-            err.snippet = body[:200]
-            errors.append(err)
+        if call is None:
+            if err is not None:
+                err.snippet = body[:200]
+                errors.append(err)
         else:
             calls.append(call)
             repaired |= fixed

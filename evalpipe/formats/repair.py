@@ -62,8 +62,10 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise _DuplicateKey(f"key {key[:40]!r} given twice")
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(f"key {key[:40]!r} given twice")
+            seen.add(key)
     return obj
 
 
@@ -149,8 +151,7 @@ def repair_json(text: str) -> str:
         elif ch == "," and _next_closer(text, i + 1):
             i += 1
             continue
-        elif ch.isascii() and (ch.isalpha() or ch == "_"):
-            match = _IDENT.match(text, i)
+        elif ch.isascii() and (match := _IDENT.match(text, i)) is not None:
             word = match.group(0)
             i = match.end()
             if word in _PY_LITERALS:
@@ -251,7 +252,7 @@ def json_spans(text: str, opening: str = "{[") -> Iterator[Span]:
                     escaped = False
                 elif ch == "\\":
                     escaped = True
-                elif ch == quote or ch == "\n" and quote == "'":
+                elif ch == quote or (ch == "\n" and quote == "'"):
                     quote = ""
             elif ch in "\"'":
                 quote = ch

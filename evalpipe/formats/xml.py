@@ -51,9 +51,11 @@ from evalpipe.formats.repair import MAX_INT_DIGITS, loads_value
 from evalpipe.records import ParseError, ParseResult, ToolCall
 
 OPEN, CLOSE, BLOCK = TOOL_CALL_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_BLOCK
-FUNCTION = re.compile(r"<function\s*=\s*([^>\n]*)>(.*?)(</function>|(?=<function\s*=)|$)", re.DOTALL)
+FUNCTION = re.compile(r"<function\s*=\s*([^>\n]*)>(.*?)(</function>|(?=<function\s*=)|$)",
+                      re.DOTALL)
 PARAMETER = re.compile(
-    r"<parameter\s*=\s*([^>\n]*)>(.*?)(</parameter>|(?=<parameter\s*=)|(?=</function>)|$)", re.DOTALL)
+    r"<parameter\s*=\s*([^>\n]*)>(.*?)(</parameter>|(?=<parameter\s*=)|(?=</function>)|$)",
+    re.DOTALL)
 # stray <tool_call> tags are cut by calls.tidy; these are xml's own
 STRAY_TAG = re.compile(r"<function\s*=[^>\n]*>|</function>|</parameter>|<parameter\s*=[^>\n]*>")
 _INT = re.compile(r"-?\d+")  # "10.0" is no integer: the same rule as the tool's schema check

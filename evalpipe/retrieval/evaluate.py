@@ -86,9 +86,11 @@ def evaluate_retrievers(questions: Sequence[Question], chunks: list[Chunk],
             spans = [{"doc": h.chunk.doc, "start": h.chunk.start, "end": h.chunk.end,
                       "rank": h.rank} for h in hits]
             per_q.append((key(q), retrieval_scores(spans, q.gold_passages, k)))
-        rows.append(_row(label, "all", k, [s for _, s in per_q]))
+        # every question here has gold passages, so every score is a dict
+        rows.append(_row(label, "all", k, [s for _, s in per_q if s is not None]))
         for lang in langs:
-            rows.append(_row(label, lang, k, [s for ql, s in per_q if ql == lang]))
+            rows.append(_row(label, lang, k, [s for ql, s in per_q
+                                              if ql == lang and s is not None]))
     return rows
 
 

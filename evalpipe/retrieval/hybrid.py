@@ -10,12 +10,13 @@ Each side contributes its `depth` best chunks as candidates.
 
 from __future__ import annotations
 
+from evalpipe.corpus import Chunk
 from evalpipe.retrieval import Hit, Retriever
 
 
-def rrf(rankings: list[list[Hit]], rrf_k: float = 60.0) -> dict[str, tuple[float, object]]:
+def rrf(rankings: list[list[Hit]], rrf_k: float = 60.0) -> dict[str, tuple[float, Chunk]]:
     """chunk id -> (fused score, chunk) by reciprocal rank fusion."""
-    fused: dict[str, tuple[float, object]] = {}
+    fused: dict[str, tuple[float, Chunk]] = {}
     for hits in rankings:
         for h in hits:
             prev = fused.get(h.chunk.id, (0.0, h.chunk))[0]
@@ -32,7 +33,7 @@ def minmax(hits: list[Hit]) -> dict[str, float]:
     return {h.chunk.id: (h.score - lo) / span if span > 0 else 1.0 for h in hits}
 
 
-def weighted(sparse: list[Hit], dense: list[Hit], weight: float) -> dict[str, tuple[float, object]]:
+def weighted(sparse: list[Hit], dense: list[Hit], weight: float) -> dict[str, tuple[float, Chunk]]:
     """chunk id -> (weight x dense + (1 - weight) x sparse, chunk), min-max normalised."""
     s, d = minmax(sparse), minmax(dense)
     chunks = {h.chunk.id: h.chunk for h in sparse + dense}
@@ -40,7 +41,7 @@ def weighted(sparse: list[Hit], dense: list[Hit], weight: float) -> dict[str, tu
             for cid, c in chunks.items()}
 
 
-def ranked(fused: dict[str, tuple[float, object]], k: int) -> list[Hit]:
+def ranked(fused: dict[str, tuple[float, Chunk]], k: int) -> list[Hit]:
     """Best k by fused score, ties by chunk id."""
     order = sorted(fused.items(), key=lambda item: (-item[1][0], item[0]))[:k]
     return [Hit(chunk, score, r) for r, (_, (score, chunk)) in enumerate(order, start=1)]

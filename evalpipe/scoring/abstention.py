@@ -36,26 +36,28 @@ from evalpipe.scoring.normalize import text_key
 _SPLIT = re.compile(
     r"[.;:!?,]+(?:\s|$)|\n|\s[-–—]\s|\s(?=(?:but|however|though|although|nhưng|tuy nhiên|"
     r"song)\s)", re.IGNORECASE)
-_NEGATION = frozenset(text_key(w) for w in (
-    "not no none never nothing nowhere neither nor without cannot t "
-    "không chưa chẳng chả").split())
+_NEGATION = frozenset(text_key(w) for w in [
+    "not", "no", "none", "never", "nothing", "nowhere", "neither", "nor", "without", "cannot", "t",
+    "không", "chưa", "chẳng", "chả"])
 # Verbs and nouns of saying, containing or knowing; Vietnamese ones as whole phrases
 # (a single syllable such as "số" or "cho" says nothing by itself).
-_INFO = tuple(tuple(text_key(p).split()) for p in (
-    "say says said saying mention mentions mentioned mentioning provide provides provided "
-    "contain contains contained include includes included give gives given specify specifies "
-    "specified state states stated cover covers covered list lists listed tell tells told "
-    "show shows shown report reports reported discuss discusses discussed indicate indicates "
-    "detail details describe describes described know knew known find found finding answer "
-    "determine determined information info data record records figure figures "
-    "available public disclosed disclose reveal revealed").split()) + tuple(
+_INFO = tuple(tuple(text_key(p).split()) for p in [
+    "say", "says", "said", "saying", "mention", "mentions", "mentioned", "mentioning", "provide",
+    "provides", "provided", "contain", "contains", "contained", "include", "includes", "included",
+    "give", "gives", "given", "specify", "specifies", "specified", "state", "states", "stated",
+    "cover", "covers", "covered", "list", "lists", "listed", "tell", "tells", "told", "show",
+    "shows", "shown", "report", "reports", "reported", "discuss", "discusses", "discussed",
+    "indicate", "indicates", "detail", "details", "describe", "describes", "described", "know",
+    "knew", "known", "find", "found", "finding", "answer", "determine", "determined", "information",
+    "info", "data", "record", "records", "figure", "figures", "available", "public", "disclosed",
+    "disclose", "reveal", "revealed"]) + tuple(
     tuple(text_key(p).split()) for p in (
         "nói", "đề cập", "nhắc", "cung cấp", "chứa", "nêu", "ghi", "biết", "tìm thấy", "rõ",
         "xác định", "chắc", "trả lời", "liệt kê", "công bố", "thông tin", "dữ liệu",
         "số liệu", "cho biết", "đưa ra"))
-_SOURCES = frozenset(text_key(w) for w in (
-    "text passage passages document documents context article post posts source sources "
-    "blog tài liệu đoạn văn bản bài viết nguồn").split())
+_SOURCES = frozenset(text_key(w) for w in [
+    "text", "passage", "passages", "document", "documents", "context", "article", "post", "posts",
+    "source", "sources", "blog", "tài", "liệu", "đoạn", "văn", "bản", "bài", "viết", "nguồn"])
 _ONLY = frozenset({"only", "chỉ"})
 NEGATION_SPAN = 6  # words from a negation to the verb or noun it negates
 _GUESS = tuple(text_key(w) for w in (
@@ -69,8 +71,8 @@ _COPULA = re.compile(
     r"(?:^|\s)(?:is|are|was|were|equals|'s|là|bằng|khoảng|chính là)\s+(?P<rest>\S.*)$|"
     r"(?:^|\s)(?:answer|đáp án|kết quả|đáp số)\s*(?:is|là|:)?\s+(?P<rest2>\S.*)$",
     re.IGNORECASE)
-_META = frozenset(text_key(w) for w in (
-    "question sorry unfortunately câu hỏi xin lỗi tiếc").split())
+_META = frozenset(text_key(w) for w in [
+    "question", "sorry", "unfortunately", "câu", "hỏi", "xin", "lỗi", "tiếc"])
 _OFFER = re.compile(r"^\s*(?:you (?:can|could|may|might|should)|please|bạn (?:có thể|nên)|"
                     r"hãy|vui lòng|let me|i can|i will|tôi sẽ|tôi có thể)\b", re.IGNORECASE)
 

@@ -7,11 +7,12 @@ then a set of row indices, so 100,000 samples aggregate in well under a second.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from evalpipe.records import ScoredSample
 from evalpipe.scoring.repeats import repeat_scores
 from evalpipe.scoring.stats import mean_interval, rate, summary
 
@@ -38,7 +39,7 @@ def _tri(value: Any) -> int:
 class _Columns:
     """The fields aggregate needs, one array per field."""
 
-    def __init__(self, rows: list[dict[str, Any]]):
+    def __init__(self, rows: Sequence[Mapping[str, Any]]):
         n = len(rows)
         self.infra = np.fromiter((bool(r.get("infra")) for r in rows), bool, n)
         self.scorer_error = np.fromiter((bool(r.get("scorer_error")) for r in rows), bool, n)
@@ -110,7 +111,7 @@ def _group_row(keys: Sequence[str], key: tuple, idx: np.ndarray, cols: _Columns,
     return out
 
 
-def aggregate(scored: Iterable[dict[str, Any]], by: Sequence[str] = ("cell_id", "suite"), *,
+def aggregate(scored: Iterable[ScoredSample], by: Sequence[str] = ("cell_id", "suite"), *,
               mean_interval_method: str = "t", seed: int = 0) -> list[dict[str, Any]]:
     """One row per group of `by`, plus, when "suite" is a key, a row with suite "all"
     for each combination of the other keys. Rows are sorted by key, "all" last.
@@ -128,7 +129,7 @@ def aggregate(scored: Iterable[dict[str, Any]], by: Sequence[str] = ("cell_id", 
     count; cost: name -> {mean, p50, p95, n} and token totals; repeats: pass@k,
     pass^k, flip rate and noise floor over the group's questions (scoring/repeats.py;
     None when no sample has a verdict)."""
-    rows = scored if isinstance(scored, list) else list(scored)
+    rows: Sequence[Mapping[str, Any]] = scored if isinstance(scored, list) else list(scored)
     keys = tuple(by)
     groups: dict[tuple, list[int]] = {}
     roll_up = "suite" in keys

@@ -130,7 +130,7 @@ class AnswerMatch:
     abstained: bool
     number_words: bool
     reply_key: str
-    rule: str | None = None  # which extraction rule read the answer (docs/scoring.md)
+    rule: str = "none"  # which extraction rule read the answer (docs/scoring.md)
     decided: bool = True  # False: the rules abstain; `exact` is their best reading
 
 
@@ -166,7 +166,7 @@ def make_gold(answer: Any, answer_type: str, aliases: list[str], lang: str,
                 frozenset(text_key(question).split()), tuple(texts), value)
 
 
-def numbers_match(got: int | float, decimals: int, gold: Gold) -> bool:
+def numbers_match(got: float, decimals: int, gold: Gold) -> bool:
     """One number read from a reply (with the decimals it was written with) against the
     gold. Never raises: a number beyond float range (1e400, a 5,000-digit integer,
     read as inf) matches only an integer gold it equals exactly."""
@@ -218,7 +218,8 @@ def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> A
         chosen, rule = candidates.answer_number(text, pool, gold.question_numbers,
                                                 gold.question_words)
         # two counts of the same thing and nothing marks one as the answer: ambiguous
-        if rule.endswith("last") and candidates.conflicting(text, pool, chosen):
+        if rule.endswith("last") and chosen is not None and candidates.conflicting(
+                text, pool, chosen):
             rule = "conflict"
         elif (chosen is not None and not rule.endswith("equals")
               and candidates.range_or_alternative(text, pool, chosen)):
@@ -245,8 +246,8 @@ def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> A
         or (n.alt is not None and numbers_match(n.alt, 0 if isinstance(n.alt, int) else 3, gold))
         for n in numbers)
     abstained = _abstained(reply, reply_key, gold, variant) is not None
-    extracted = None if chosen is None else chosen.value
-    if isinstance(extracted, float) and not math.isfinite(extracted):
+    extracted: int | float | str | None = None if chosen is None else chosen.value
+    if chosen is not None and isinstance(chosen.value, float) and not math.isfinite(chosen.value):
         # beyond float range: report it as written (clipped), since JSON has no inf
         written = text[chosen.start:chosen.end]
         extracted = written if len(written) <= 40 else written[:40] + "..."

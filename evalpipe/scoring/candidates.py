@@ -75,11 +75,13 @@ _FROM_BEFORE = re.compile(r"\b(?:from|từ)\s*$", re.IGNORECASE)
 _TO_AFTER = re.compile(r"[^\d.;\n]{0,12}?\b(?:to|lên|xuống|thành|sang|đến)\s*\d",
                        re.IGNORECASE)
 # Words that say nothing about which value is meant (for the clause overlap of cue_label).
-_FUNCTION_WORDS = frozenset(text_key(w) for w in (
-    "the a an of to in on at for and or is are was were be been it its this that what which "
-    "how many much does did do after before with by from as now still than then there "
-    "là của và có không được các những trong cho này với một bao nhiêu nào gì mấy khi sau "
-    "trước đã sẽ thì từ theo về đến bị hiện nay còn lên xuống").split())
+_FUNCTION_WORDS = frozenset(text_key(w) for w in [
+    "the", "a", "an", "of", "to", "in", "on", "at", "for", "and", "or", "is", "are", "was", "were",
+    "be", "been", "it", "its", "this", "that", "what", "which", "how", "many", "much", "does",
+    "did", "do", "after", "before", "with", "by", "from", "as", "now", "still", "than", "then",
+    "there", "là", "của", "và", "có", "không", "được", "các", "những", "trong", "cho", "này", "với",
+    "một", "bao", "nhiêu", "nào", "gì", "mấy", "khi", "sau", "trước", "đã", "sẽ", "thì", "từ",
+    "theo", "về", "đến", "bị", "hiện", "nay", "còn", "lên", "xuống"])
 _PAST_WORDS = frozenset(text_key(w) for w in (
     "before", "previously", "originally", "earlier", "old", "former", "trước", "cũ",
     "ban đầu", "lúc đầu"))
@@ -104,14 +106,17 @@ _JOINED_BEFORE = re.compile(r"[^\W_][-_]$")
 _WORD_BEFORE = re.compile(r"(?<![^\W_])([^\W\d_][^\W_]*)[ \u00a0]+$")
 _WORD_AFTER = re.compile(r"[ \u00a0]+([^\W\d_][^\W_]*)")
 # Parts of a person's name or titles: a gold name extended by these is the same person.
-NAME_PARTS = frozenset(text_key(w) for w in (
-    "nguyễn trần lê phạm hoàng huỳnh phan vũ võ đặng bùi đỗ hồ ngô dương lý đinh trịnh "
-    "đoàn lâm mai cao lương tạ hà chu văn thị anh minh đức hữu thanh ngọc thu thúy thuý "
-    "quốc gia hồng kim bảo xuân thành công quang phương tuấn hải khánh tường diệu linh "
-    "ánh bích cẩm châu hoài hương lan loan mỹ nhật phúc tâm thảo trung tú vân việt "
-    "nguyen tran le pham hoang huynh vu vo dang bui do ho ngo duong ly dinh van thi duc "
-    "huu ngoc thuy quoc hong bao xuan thanh cong tuan hai khanh "
-    "anh chị em ông bà cô chú bác bạn thầy sếp mr mrs ms miss dr sir").split())
+NAME_PARTS = frozenset(text_key(w) for w in [
+    "nguyễn", "trần", "lê", "phạm", "hoàng", "huỳnh", "phan", "vũ", "võ", "đặng", "bùi", "đỗ", "hồ",
+    "ngô", "dương", "lý", "đinh", "trịnh", "đoàn", "lâm", "mai", "cao", "lương", "tạ", "hà", "chu",
+    "văn", "thị", "anh", "minh", "đức", "hữu", "thanh", "ngọc", "thu", "thúy", "thuý", "quốc",
+    "gia", "hồng", "kim", "bảo", "xuân", "thành", "công", "quang", "phương", "tuấn", "hải", "khánh",
+    "tường", "diệu", "linh", "ánh", "bích", "cẩm", "châu", "hoài", "hương", "lan", "loan", "mỹ",
+    "nhật", "phúc", "tâm", "thảo", "trung", "tú", "vân", "việt", "nguyen", "tran", "le", "pham",
+    "hoang", "huynh", "vu", "vo", "dang", "bui", "do", "ho", "ngo", "duong", "ly", "dinh", "van",
+    "thi", "duc", "huu", "ngoc", "thuy", "quoc", "hong", "bao", "xuan", "thanh", "cong", "tuan",
+    "hai", "khanh", "anh", "chị", "em", "ông", "bà", "cô", "chú", "bác", "bạn", "thầy", "sếp", "mr",
+    "mrs", "ms", "miss", "dr", "sir"])
 _LABEL_CLAUSE = re.compile(r"[,.;!?\n()\[\]]+(?:\s|$)|\n|\s[-–—]\s")
 _CLAUSE = re.compile(r"[,.;:!?\n()\[\]]+(?:\s|$)|\n|\s[-–—]\s")
 
@@ -125,7 +130,7 @@ GUESS_MARKERS = tuple(text_key(w) for w in (
 def restatements(reply: str, numbers: list[Number]) -> set[int]:
     """Indices of numbers that are not candidates: a restatement of another (an
     approximation, a scale word) or one the reply rejects ("294 is wrong")."""
-    out = set()
+    out: set[int] = set()
     if len(numbers) < 2:
         return out
     for i, n in enumerate(numbers):
@@ -274,12 +279,11 @@ def aside_numbers(reply: str, numbers: list[Number], asked: frozenset) -> set[in
     out = set()
     past_asked = bool(asked & _PAST_WORDS)
     for i, n in enumerate(numbers):
-        if inside_parentheses(reply, n.start):
-            out.add(i)
-        elif not past_asked and _PREVIOUS.search(clause_text(reply, n)[-40:]):
-            out.add(i)
-        elif not past_asked and _FROM_BEFORE.search(reply[max(0, n.start - 8):n.start]) and \
-                _TO_AFTER.match(reply, n.end):
+        earlier = not past_asked and (
+            _PREVIOUS.search(clause_text(reply, n)[-40:])
+            or (_FROM_BEFORE.search(reply[max(0, n.start - 8):n.start])
+                and _TO_AFTER.match(reply, n.end)))
+        if inside_parentheses(reply, n.start) or earlier:
             out.add(i)
     return out if len(out) < len(numbers) else set()
 

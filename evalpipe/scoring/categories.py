@@ -61,7 +61,8 @@ from dataclasses import asdict, dataclass
 CATEGORIES = (
     "infra_error", "malformed_reply", "tool_failure", "correct", "malformed_call", "unknown_tool",
     "invalid_arguments", "turn_limit", "no_tool_call", "unneeded_tool_call", "wrong_plan",
-    "misreported_result", "retrieval_miss", "misread_context", "hallucinated_answer", "wrong_answer",
+    "misreported_result", "retrieval_miss", "misread_context", "hallucinated_answer",
+    "wrong_answer",
 )
 SCORER_ERROR = "scorer_error"  # not a rung: the scorer failed on the sample (scoring/run.py)
 # How reports list categories: correct first, then what is not the model's fault,

@@ -15,12 +15,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from evalpipe.records import SampleRecord, TurnRecord
 from evalpipe.scoring.stats import summary
 
 TIME_FIELDS = ("prefill_compute_ms", "prefill_ms", "ttft_ms", "decode_ms", "wall_ms")
 
 
-def sample_cost(sample: dict[str, Any]) -> dict[str, Any]:
+def sample_cost(sample: SampleRecord) -> dict[str, Any]:
     """The `cost` field of a scored sample (docs/scoring.md). A sample with a reply
     from the generation cache has no times: its wall time measured a cache look-up,
     and its recorded reply times were measured in another batch. They are None (left
@@ -45,7 +46,7 @@ def sample_cost(sample: dict[str, Any]) -> dict[str, Any]:
     return cost
 
 
-def decode_rate(turns: list[dict[str, Any]]) -> float | None:
+def decode_rate(turns: list[TurnRecord]) -> float | None:
     """Tokens per second after the first token, over the turns that decoded any."""
     tokens = sum(max(0, (t.get("completion_tokens") or 0) - 1) for t in turns)
     ms = sum(t.get("decode_ms") or 0.0 for t in turns)

@@ -44,6 +44,8 @@ _MINUS = "-\u2212"
 _SPACE_RE = re.compile("[" + _SPACES + "]")
 _SEP_RE = re.compile(r"[.,]")
 _DECIMAL_TAIL = re.compile(r"(\d{3})([.,]\d+)")
+# A number read from a digit run: (value, the other reading or None, decimals shown)
+Reading = tuple[int | float, int | float | None, int]
 
 
 @dataclass(slots=True)
@@ -67,7 +69,7 @@ def _to_value(integer: str, fraction: str, sign: str) -> tuple[int | float, int]
     return (-value if sign else value), len(fraction)
 
 
-def _scaled(value: int | float, exponent: str) -> tuple[int | float, None, int]:
+def _scaled(value: float, exponent: str) -> Reading:
     """value x 10^exponent, read exactly: an int when integral and of bounded size,
     else the nearest float (inf or 0.0 beyond float range; never raises)."""
     if value == 0 or (isinstance(value, float) and not math.isfinite(value)):
@@ -79,7 +81,8 @@ def _scaled(value: int | float, exponent: str) -> tuple[int | float, None, int]:
         return float(scaled), None, 0
     if scaled == scaled.to_integral_value():
         return int(scaled), None, 0
-    return float(scaled), None, -scaled.normalize().as_tuple().exponent
+    places = scaled.normalize().as_tuple().exponent  # an int: the value is finite
+    return float(scaled), None, -places if isinstance(places, int) else 0
 
 
 def _grouped(first: str, rest: list[str]) -> bool:
@@ -88,8 +91,7 @@ def _grouped(first: str, rest: list[str]) -> bool:
             and all(len(g) == 3 for g in rest))
 
 
-def _parse_piece(piece: str, sign: str, lang: str) -> list[tuple[int | float, int | float | None,
-                                                                   int]]:
+def _parse_piece(piece: str, sign: str, lang: str) -> list[Reading]:
     """One run of digits with "." and "," in it -> [(value, alt, decimals)]."""
     seps = _SEP_RE.findall(piece)
     if not seps:
@@ -119,14 +121,14 @@ def _parse_piece(piece: str, sign: str, lang: str) -> list[tuple[int | float, in
         v, d = _to_value(head, tail, sign)
         return [(v, None, d)]
     # Not a number we can read as one: its digit groups are separate numbers.
-    out = []
+    out: list[Reading] = []
     for i, g in enumerate(groups):
         v, d = _to_value(g, "", sign if i == 0 else "")
         out.append((v, None, d))
     return out
 
 
-def _parse_run(run: str, sign: str, lang: str) -> list[tuple[int | float, int | float | None, int]]:
+def _parse_run(run: str, sign: str, lang: str) -> list[Reading]:
     pieces = _SPACE_RE.split(run)
     if len(pieces) == 1:
         return _parse_piece(run, sign, lang)
@@ -181,7 +183,7 @@ def extract_numbers(text: str, lang: str = "en") -> list[Number]:
             continue  # the digits of an exponent already read ("2.5E-3")
         run = m.group()
         if run.isdigit() and len(run) <= MAX_DIGITS:  # the common case: no separator
-            parsed = [(-int(run) if sign else int(run), None, 0)]
+            parsed: list[Reading] = [(-int(run) if sign else int(run), None, 0)]
         else:
             parsed = _parse_run(run, sign, lang)
         exponent = _EXPONENT.match(text, end) if end < len(text) else None

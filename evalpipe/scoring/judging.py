@@ -12,6 +12,7 @@ and the disagreement is recorded (`consistent: false`).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 RUBRIC_VERSION = "1"
@@ -92,7 +93,7 @@ def combine(verdicts: list[bool | None]) -> bool | None:
     return verdicts[0] if verdicts and all(v == verdicts[0] for v in verdicts) else None
 
 
-def sample_key(sample: dict[str, Any]) -> tuple[str, str, int]:
+def sample_key(sample: Mapping[str, Any]) -> tuple[str, str, int]:
     return (str(sample.get("cell_id")), str(sample.get("question_id")),
             int(sample.get("repeat") or 0))
 

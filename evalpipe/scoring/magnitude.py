@@ -57,7 +57,7 @@ def scale_after(text: str, end: int) -> Scale | None:
     return None
 
 
-def scaled_value(value: int | float, scale: Scale) -> int | float:
+def scaled_value(value: float, scale: Scale) -> int | float:
     """value x factor (+ tenths), exactly: an int when integral ("1.2" triệu = 1200000)."""
     exact = (Decimal(repr(value)) + Decimal(scale.tenths) / 10) * scale.factor
     return int(exact) if exact == exact.to_integral_value() else float(exact)

@@ -60,6 +60,7 @@ from evalpipe.plans import (
     references,
     resolve_value,
 )
+from evalpipe.records import ToolEventRecord, TurnRecord
 from evalpipe.scoring.bfcl_rules import bfcl_rules
 from evalpipe.scoring.normalize import text_key
 
@@ -94,7 +95,7 @@ class PlanResult:
     matched: dict[str, int] = field(default_factory=dict)  # step id -> executed position
 
 
-def executed_calls(turns: list[dict[str, Any]]) -> list[Executed]:
+def executed_calls(turns: list[TurnRecord]) -> list[Executed]:
     out: list[Executed] = []
     for t_index, turn in enumerate(turns):
         for event in turn.get("tool_events") or ():
@@ -120,7 +121,7 @@ def _number(v: Any) -> int | float | None:
     return None
 
 
-def numbers_equal(got: int | float, want: int | float) -> bool:
+def numbers_equal(got: float, want: float) -> bool:
     """Integral gold values compare exactly (an id or amount off by one is wrong at
     any size); the relative tolerance is for non-integer gold values only."""
     if isinstance(want, int) or not math.isfinite(want) or want.is_integer():
@@ -375,7 +376,7 @@ TOOL_FAILURES = frozenset({"tool_exception", "timeout", "bad_result"})
 MODEL_ERRORS = frozenset({"unknown_tool", "invalid_arguments"})
 
 
-def tool_failed(turns: list[dict[str, Any]], gold: list[dict[str, Any]] | None) -> bool:
+def tool_failed(turns: list[TurnRecord], gold: list[dict[str, Any]] | None) -> bool:
     """The tool spoiled the sample, not the model: a call failed (timed out, raised or
     returned `bad_result`) and no mistake of the model was visible before it.
 
@@ -400,7 +401,7 @@ def tool_failed(turns: list[dict[str, Any]], gold: list[dict[str, Any]] | None) 
         return failed.get("error") == "timeout"
     _, expected = _compiled(gold)
 
-    def asked(event: dict[str, Any]) -> bool:
+    def asked(event: ToolEventRecord) -> bool:
         return any(event.get("name") == step["name"] and arguments_match(
             step["name"], event.get("arguments"), _resolve(step, expected)) for step in gold)
 

@@ -73,9 +73,9 @@ def find_dates(text: str, lang: str = "en") -> list[Date]:
             elif kind in ("nny", "nn"):
                 a, b = int(g[0]), int(g[1])
                 year = int(g[2]) if g[2] else None
-                if kind == "nn" and year is None and not m.group().lower().startswith("ngày"):
-                    if lang != "vi":
-                        continue  # "3/4" alone is a fraction as often as a date
+                if (kind == "nn" and year is None and lang != "vi"
+                        and not m.group().lower().startswith("ngày")):
+                    continue  # "3/4" alone is a fraction as often as a date
                 day, month = a, b
                 if lang != "vi" and _valid(a, b) and a <= 12:  # US order is possible
                     if b > 12:

@@ -13,7 +13,7 @@ flips when its repeats do not all get the same verdict.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from math import comb
 from typing import Any
 
@@ -37,10 +37,13 @@ def _check(n: int, c: int, k: int) -> None:
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
 
 
-def question_verdicts(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[bool]]:
+Pair = tuple[str | None, str | None]  # (cell_id, question_id) of a row; None: absent
+
+
+def question_verdicts(rows: Iterable[Mapping[str, Any]]) -> dict[Pair, list[bool]]:
     """(cell_id, question_id) -> exact-match verdicts of its repeats, in repeat order.
     Infrastructure errors and samples without a verdict are left out."""
-    out: dict[tuple[str, str], list[tuple[int, bool]]] = {}
+    out: dict[Pair, list[tuple[int, bool]]] = {}
     for r in rows:
         if r.get("infra") or r.get("exact") is None:
             continue
@@ -49,7 +52,7 @@ def question_verdicts(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], l
     return {key: [v for _, v in sorted(pairs)] for key, pairs in out.items()}
 
 
-def repeat_scores(rows: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+def repeat_scores(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
     """{repeats, questions, pass@k, pass^k, flip_rate, flipping, noise_floor} of a group.
 
     repeats: the most repeats any question has; pass@k and pass^k for k = 1..repeats,

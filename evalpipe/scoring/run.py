@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from evalpipe.errors import InputError
 from evalpipe.questions import Question
-from evalpipe.records import SCHEMA_VERSION
+from evalpipe.records import SCHEMA_VERSION, SampleRecord, ScoredSample
 from evalpipe.scoring.aggregate import aggregate
 from evalpipe.scoring.categories import SCORER_ERROR
 from evalpipe.scoring.judging import sample_key
@@ -16,7 +17,7 @@ from evalpipe.scoring.score import SCORER_VERSION, score_sample
 MAX_ERROR_CHARS = 300
 
 
-def unscored(sample: dict[str, Any], question: Question, exc: Exception) -> dict[str, Any]:
+def unscored(sample: SampleRecord, question: Question, exc: Exception) -> ScoredSample:
     """The scored record of a sample the scorer failed on: its ids and the error. It
     is counted (category scorer_error) and, like an infra error, kept out of every rate."""
     message = f"{type(exc).__name__}: {exc}"
@@ -24,10 +25,11 @@ def unscored(sample: dict[str, Any], question: Question, exc: Exception) -> dict
         message = message[:MAX_ERROR_CHARS] + "..."
     return {"run_id": sample.get("run_id"), "cell_id": sample.get("cell_id"),
             "question_id": sample.get("question_id", question.id),
-            "suite": sample.get("suite") or question.suite, "repeat": sample.get("repeat"),
+            "suite": sample.get("suite") or question.suite, "repeat": sample.get("repeat", 0),
             "lang": question.lang, "answer_type": question.answer_type,
-            "scorer_version": SCORER_VERSION, "infra": False, SCORER_ERROR: message,
-            "category": SCORER_ERROR, "subtype": None, "flags": [], "cost": {}}
+            "scorer_version": SCORER_VERSION, "infra": False, "scorer_error": message,
+            "category": SCORER_ERROR, "subtype": None, "flags": [], "cost": {},
+            "schema_version": SCHEMA_VERSION}
 
 
 def match_rules(manifest: dict[str, Any]) -> str:
@@ -40,7 +42,7 @@ def match_rules(manifest: dict[str, Any]) -> str:
 
 
 def score_records(manifest: dict[str, Any], questions: dict[str, Question],
-                  samples: list[dict[str, Any]], k: int | None = None,
+                  samples: Iterable[SampleRecord], k: int | None = None,
                   source: str = "samples.jsonl",
                   judgements: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """scores.json content: every sample scored, the per cell x suite aggregates, and
@@ -50,7 +52,7 @@ def score_records(manifest: dict[str, Any], questions: dict[str, Question],
                  for j in judgements or ()}
     k = k or int((manifest.get("config") or {}).get("k", 3))
     rules = match_rules(manifest)
-    scored = []
+    scored: list[ScoredSample] = []
     failed = []
     for s in samples:
         q = questions.get(s["question_id"])
@@ -60,17 +62,16 @@ def score_records(manifest: dict[str, Any], questions: dict[str, Question],
             scored.append(score_sample(s, q, k=k, rules=rules,
                                        judgement=by_sample.get(sample_key(s))))
         except Exception as exc:  # noqa: BLE001 -- recorded per sample, the rest is scored
-            scored.append(unscored(s, q, exc))
-            failed.append({key: scored[-1][key] for key in
-                           ("cell_id", "question_id", "repeat", SCORER_ERROR)})
-    for record in scored:
-        record["schema_version"] = SCHEMA_VERSION
+            record = unscored(s, q, exc)
+            scored.append(record)
+            failed.append({"cell_id": record["cell_id"], "question_id": record["question_id"],
+                           "repeat": record["repeat"], SCORER_ERROR: record.get("scorer_error")})
     return {"run_id": manifest.get("run_id"), "scorer_version": SCORER_VERSION, "k": k,
             "schema_version": SCHEMA_VERSION, "groups": aggregate(scored), "samples": scored,
             "unscored": failed, "verdicts": verdict_counts(scored), "match": rules}
 
 
-def verdict_counts(scored: list[dict[str, Any]]) -> dict[str, Any]:
+def verdict_counts(scored: list[ScoredSample]) -> dict[str, Any]:
     """How many answer verdicts came from the judge (and its models), and how many the
     rules left undecided without one."""
     judged = [r for r in scored if r.get("verdict_source") == "judge"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from evalpipe.questions import Question
+from evalpipe.records import SCHEMA_VERSION, SampleRecord, ScoredSample, ScoredWhy, TurnRecord
 from evalpipe.scoring.answer import AnswerMatch, Gold, make_gold, match_answer
 from evalpipe.scoring.categories import Facts, decide
 from evalpipe.scoring.cost import sample_cost
@@ -68,16 +69,14 @@ class CallStats:
         return (self.valid_strict == self.attempted) if self.attempted else None
 
 
-def call_stats(turns: list[dict[str, Any]], offered: set[str] | None) -> CallStats:
+def call_stats(turns: list[TurnRecord], offered: set[str] | None) -> CallStats:
     s = CallStats()
     for turn in turns:
-        calls = turn.get("calls")
-        parse_errors = turn.get("parse_errors")
-        strict_errors = turn.get("strict_errors")
+        calls = turn.get("calls") or []
+        parse_errors = turn.get("parse_errors") or []
+        strict_errors = turn.get("strict_errors") or []
         if calls or parse_errors or strict_errors or turn.get("repaired"):
-            calls = calls or ()
-            parse_errors = parse_errors or ()
-            events = turn.get("tool_events") or ()
+            events = turn.get("tool_events") or []
             s.attempted += len(calls) + len(parse_errors)
             bad = 0
             for event in events:
@@ -101,7 +100,7 @@ def call_stats(turns: list[dict[str, Any]], offered: set[str] | None) -> CallSta
                         bad += 1
             turn_valid = max(0, len(calls) - bad)
             s.valid += turn_valid
-            fixed = max(len(strict_errors or ()) - len(parse_errors),
+            fixed = max(len(strict_errors) - len(parse_errors),
                         1 if turn.get("repaired") else 0)
             s.valid_strict += max(0, turn_valid - fixed)
             s.malformed |= bool(parse_errors)
@@ -113,12 +112,6 @@ def call_stats(turns: list[dict[str, Any]], offered: set[str] | None) -> CallSta
         elif finish == "error":
             s.errored_turn = True
     return s
-
-
-# --- stage: cost ------------------------------------------------------------------------
-
-def cost(sample: dict[str, Any], turns: list[dict[str, Any]]) -> dict[str, Any]:
-    return sample_cost({**sample, "turns": turns})  # one home for cost: scoring/cost.py
 
 
 # --- stage: plan ------------------------------------------------------------------------
@@ -164,19 +157,20 @@ def search_plan(executed: list[Executed]) -> PlanResult:
                       reasons[0] if reasons else None, reasons, matched)
 
 
-def plan_stage(question: Question, turns: list[dict[str, Any]], offered: set[str] | None,
+def plan_stage(question: Question, turns: list[TurnRecord], offered: set[str] | None,
                mode: str, rules: str = "evalpipe") -> PlanStage:
     gold_calls = question.gold_calls
     implied = (mode == "tool" and corpus_question(question)
                and (offered is None or SEARCH_TOOL in offered))
-    steps = ([{"id": "s1", "name": SEARCH_TOOL, "arguments": {"query": ""}}] if implied
-             else gold_calls)
+    steps: list[dict[str, Any]] | None = (
+        [{"id": "s1", "name": SEARCH_TOOL, "arguments": {"query": ""}}] if implied
+        else gold_calls)
     applicable = steps is not None and (
         offered is None or (bool(offered) and all(s.get("name") in offered for s in steps)))
     executed = executed_calls(turns)
     repeats = repeated_calls(executed)
     result = None
-    if applicable:
+    if applicable and steps is not None:
         # A repeat is no step of a plan: the plan is judged on the calls that asked
         # for something new, and the repeat is named on its own (turn_limit, a flag).
         fresh = [e for e in executed if e.position not in repeats]
@@ -202,7 +196,7 @@ def repeated_calls(executed: list[Executed]) -> set[int]:
 
 # --- stage: retrieval -------------------------------------------------------------------
 
-def first_retrieval_list(sample: dict[str, Any]) -> list[dict[str, Any]]:
+def first_retrieval_list(sample: SampleRecord) -> list[dict[str, Any]]:
     """The ranking retrieval metrics are computed on: the chunks prepended to the
     prompt, else the hits of the first search_site call that ran, else []."""
     retrieved = sample.get("retrieved") or []
@@ -240,7 +234,7 @@ class RetrievalStage:
     scores: dict[str, float] | None  # recall/hit/mrr/ndcg on the first list
 
 
-def retrieval_stage(sample: dict[str, Any], question: Question, mode: str,
+def retrieval_stage(sample: SampleRecord, question: Question, mode: str,
                     k: int) -> RetrievalStage:
     passages = question.gold_passages or []
     retrieved = sample.get("retrieved") or []
@@ -256,7 +250,7 @@ def retrieval_stage(sample: dict[str, Any], question: Question, mode: str,
 
 # --- stage: the ladder's facts ----------------------------------------------------------
 
-def facts(sample: dict[str, Any], question: Question, gold: Gold, m: AnswerMatch,
+def facts(sample: SampleRecord, question: Question, gold: Gold, m: AnswerMatch,
           calls: CallStats, plan: PlanStage, retrieval: RetrievalStage) -> Facts:
     stop_reason = sample.get("stop_reason") or ""
     result = plan.result
@@ -328,9 +322,9 @@ def apply_judgement(m: AnswerMatch, judgement: dict[str, Any] | None
     return m, "rules" if m.decided else "rules_undecided"
 
 
-def score_sample(sample: dict[str, Any], question: Question, k: int = 3,
+def score_sample(sample: SampleRecord, question: Question, k: int = 3,
                  rules: str = "evalpipe", judgement: dict[str, Any] | None = None
-                 ) -> dict[str, Any]:
+                 ) -> ScoredSample:
     """Score one sample against its question; `rules`: the argument rule set of the
     plan matcher (scoring/plan.py RULE_SETS); `judgement`: the judge's recorded verdict on
     this sample (evalpipe/judge.py), if any. See docs/scoring.md for every field."""
@@ -398,15 +392,12 @@ def score_sample(sample: dict[str, Any], question: Question, k: int = 3,
         "retrieval": retrieval.scores,
         "category": verdict.category,
         "subtype": verdict.subtype,
-        "why": {
-            "rung": verdict.rung,
-            "reason": verdict.reason,
-            "facts": f.as_dict(),
-            "plan": _plan_why(plan),
-        },
+        "why": ScoredWhy(rung=verdict.rung, reason=verdict.reason, facts=f.as_dict(),
+                         plan=_plan_why(plan)),
         "flags": flags(question, gold, final, m, calls, retrieval,
                        sample.get("stop_reason") or "", verdict_source, plan.repeated),
-        "cost": cost(sample, turns),
+        "cost": sample_cost(sample),
+        "schema_version": SCHEMA_VERSION,
     }
 
 
@@ -426,6 +417,6 @@ def _plan_why(plan: PlanStage) -> dict[str, Any] | None:
     matched = plan.result.matched
     return {"implied_search": plan.implied_search,
             "steps": [s.get("id") for s in steps],
-            "matched": {sid: pos for sid, pos in matched.items()},
+            "matched": dict(matched.items()),
             "unmatched": [s.get("id") for s in steps if s.get("id") not in matched],
             "failures": list(plan.result.reasons)}

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 Z95 = 1.959963984540054  # the 97.5th percentile of the standard normal
 Z80 = 0.8416212335729143  # the 80th percentile: 80% power
@@ -80,16 +81,16 @@ def summary(values: Sequence[float]) -> dict[str, float | int | None]:
     return {"mean": float(arr.mean()), "p50": float(p50), "p95": float(p95), "n": int(arr.size)}
 
 
-def cluster_bootstrap(sums: Sequence[float], counts: Sequence[float], resamples: int = 2000,
+def cluster_bootstrap(sums: ArrayLike, counts: ArrayLike, resamples: int = 2000,
                       seed: int = 0, level: float = 0.95) -> tuple[float, float] | None:
     """Percentile bootstrap interval of sum(sums) / sum(counts), resampling clusters
     (questions, with their repeats and cells inside) with replacement; a cluster of one
     pair gives the ordinary paired bootstrap of a mean difference. Vectorised in blocks
     of at most ~4M draws."""
-    sums = np.asarray(sums, dtype=float)
-    counts = np.asarray(counts, dtype=float)
-    m = sums.size
-    if m == 0 or counts.sum() == 0:
+    cluster_sums = np.asarray(sums, dtype=float)
+    cluster_counts = np.asarray(counts, dtype=float)
+    m = cluster_sums.size
+    if m == 0 or cluster_counts.sum() == 0:
         return None
     rng = np.random.default_rng(seed)
     block = max(1, min(resamples, 4_000_000 // m))
@@ -98,8 +99,8 @@ def cluster_bootstrap(sums: Sequence[float], counts: Sequence[float], resamples:
     while done < resamples:
         size = min(block, resamples - done)
         idx = rng.integers(0, m, size=(size, m))
-        num = sums[idx].sum(axis=1)
-        den = counts[idx].sum(axis=1)
+        num = cluster_sums[idx].sum(axis=1)
+        den = cluster_counts[idx].sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             stats.append(np.where(den > 0, num / np.where(den > 0, den, 1), np.nan))
         done += size

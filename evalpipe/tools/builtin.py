@@ -56,8 +56,8 @@ def power(base: float, exponent: float) -> float:
     if abs(base) > 1 and abs(exponent) * math.log10(abs(base)) > MAX_POWER_DIGITS:
         raise ValueError(f"result would exceed {MAX_POWER_DIGITS} digits")
     result = base**exponent
-    if isinstance(result, complex):
-        raise ValueError("result is not a real number")
+    if isinstance(result, complex):  # the value is wrong, not a type: ValueError
+        raise ValueError("result is not a real number")  # noqa: TRY004
     return clean_number(result)
 
 

@@ -115,7 +115,8 @@ class Toolset:
         except Exception as exc:  # noqa: BLE001 -- arguments no schema can check
             return "invalid_arguments", f"arguments cannot be checked: {_describe(exc)}"
         if size > MAX_ARGUMENT_CHARS:
-            return "invalid_arguments", f"arguments are {size} characters; limit {MAX_ARGUMENT_CHARS}"
+            return ("invalid_arguments",
+                    f"arguments are {size} characters; limit {MAX_ARGUMENT_CHARS}")
         if errors:
             first = errors[0]
             where = ".".join(str(p) for p in first.path) or "arguments"
@@ -139,14 +140,16 @@ class Toolset:
         if problem:
             event.error, event.error_message = problem
             return event
-        if self.tools[call.name].fn is None:  # schema-only: validated, never run
+        fn = self.tools[call.name].fn
+        if fn is None:  # schema-only: validated, never run
             event.result = self.stub_result
             return event
         start = time.perf_counter()
         try:
-            result = run_bounded(self.tools[call.name].fn, call.arguments, self.limits.timeout_s)
+            result = run_bounded(fn, call.arguments, self.limits.timeout_s)
         except ToolTimeout:
-            event.error, event.error_message = "timeout", f"no result within {self.limits.timeout_s} s"
+            event.error = "timeout"
+            event.error_message = f"no result within {self.limits.timeout_s} s"
         except Exception as exc:  # noqa: BLE001 -- a tool's own failure is reported to the model
             event.error, event.error_message = "tool_exception", _describe(exc)
         else:

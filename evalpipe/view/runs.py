@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from evalpipe import jsonl
 from evalpipe._report.build import MAIN_METRICS, build_report, metric_label
@@ -35,6 +36,7 @@ from evalpipe._report.render import (
 )
 from evalpipe.errors import InputError
 from evalpipe.questions import Question
+from evalpipe.records import SampleRecord, ScoredSample
 from evalpipe.scoring.aggregate import aggregate
 from evalpipe.scoring.run import score_records, verdict_counts
 from evalpipe.store import RunStore, run_status
@@ -68,7 +70,7 @@ class _Row:
     final_answer: str
 
 
-def _key(s: dict[str, Any]) -> tuple[str, str, int]:
+def _key(s: Mapping[str, Any]) -> tuple[str, str, int]:
     return s.get("cell_id") or "", s.get("question_id") or "", s.get("repeat") or 0
 
 
@@ -81,7 +83,7 @@ class RunIndex:
         self.lock = threading.RLock()
         self.manifest: dict[str, Any] = {}
         self.questions: dict[str, Question] = {}
-        self.scored: list[dict[str, Any]] = []
+        self.scored: list[ScoredSample] = []
         self.rows: dict[tuple[str, str, int], _Row] = {}
         self.blocks: dict[str, tuple[int, int]] = {}  # prompt block id -> the line carrying it
         self.from_file = False  # scored comes from scores.json
@@ -130,9 +132,9 @@ class RunIndex:
                                              judgements=self.store.read_judgements())["samples"]
             self.version += 1
 
-    def _scan(self) -> list[dict[str, Any]]:
+    def _scan(self) -> list[SampleRecord]:
         """Index the lines appended since the last scan; returns their records."""
-        fresh = []
+        fresh: list[SampleRecord] = []
         start = self._offset
         for end, _, record in jsonl.scan(self.store.samples_path, start=self._offset):
             if isinstance(record, dict):
@@ -140,11 +142,11 @@ class RunIndex:
                 self.rows[_key(record)] = _Row(start, end, str(answer or "")[:ANSWER_CHARS])
                 for block in record.get("prompt_text") or {}:
                     self.blocks.setdefault(block, (start, end))
-                fresh.append(record)
+                fresh.append(cast(SampleRecord, record))  # a line Sample.to_dict wrote
             start = self._offset = end
         return fresh
 
-    def _line(self, start: int, end: int) -> dict[str, Any]:
+    def _line(self, start: int, end: int) -> SampleRecord:
         with open(self.store.samples_path, "rb") as f:
             f.seek(start)
             return json.loads(f.read(end - start))
@@ -166,7 +168,7 @@ class RunIndex:
                               "unscored": [s for s in self.scored if s.get("scorer_error")],
                               "verdicts": verdict_counts(self.scored)}
                 audit = _read_json(self.path / "audit.json")
-                probe = list(self.store.iter_samples(self.store.probe_path))
+                probe = list(self.store.iter_records(self.store.probe_path))
                 run = RunData(self.path, self.manifest, self.questions, [], scores,
                               rescored=not self.from_file, audit=audit, probe=probe)
                 self._report = (self.version, run, build_report(run))

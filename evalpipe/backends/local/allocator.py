@@ -29,7 +29,7 @@ _kept = False
 
 def keep_freed_memory() -> bool:
     """Raise glibc's mmap and trim thresholds, once per process; True where it did."""
-    global _kept
+    global _kept  # noqa: PLW0603 -- a once-per-process switch of the C library
     if _kept or os.environ.get("EVALPIPE_KEEP_MEMORY", "1") == "0" \
             or not sys.platform.startswith("linux"):
         return _kept

@@ -12,7 +12,9 @@ prompts to one and runs it dry. Instead of `model.generate`:
 - the longest common token prefix of the first prompts (system prompt + tool
   definitions in an eval cell) is prefilled once and kept in a small LRU
   store; rows attend to it in place (`prefix_attention`), so only each row's
-  own tokens are prefilled and cached per row;
+  own tokens are prefilled and cached per row. Prompts submitted in different
+  groups (the cells of a model sharing one session) get one prefix per group,
+  and a decode step serves rows on different prefixes together;
 - a conversation's cache outlives its turn (`TurnStore`, keyed by the caller's
   key): its next turn, submitted under the same key, prefills only the tokens
   past what the last turn already holds (the tool results and the new turn
@@ -46,7 +48,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from evalpipe.backends.local import packed_linear, prefix_attention
+from evalpipe.backends.local import own_attention, packed_linear, prefix_attention
 
 GROW = 64  # spare columns added whenever a layer buffer has to grow
 MIN_PREFIX = 16  # shorter common prefixes are not worth a stored cache
@@ -78,6 +80,7 @@ class RowResult:
 class _Row:
     key: Hashable  # the caller's name for this prompt
     prompt: list[int]
+    group: Hashable = None  # prompts that share a prefix (an eval cell's)
     admitted: float = 0.0
     first: float = 0.0
     out: list[int] = field(default_factory=list)
@@ -99,15 +102,25 @@ def _cache_classes():
     return Cache, DynamicLayer
 
 
-def supported(model) -> bool:
-    """True when every attention layer of the model keeps a plain, full cache."""
+def unsupported(model) -> str | None:
+    """Why the loop cannot run `model`, or None when every attention layer of it keeps a
+    plain, full cache."""
     try:
         from transformers.cache_utils import get_layer_types_and_kwargs
 
         types, _ = get_layer_types_and_kwargs(model.config.get_text_config(decoder=True))
-    except Exception:  # noqa: BLE001 - an older or unusual config: take the safe path
-        return False
-    return bool(types) and all(t == "full_attention" for t in types)
+    except Exception as exc:  # noqa: BLE001 - an older or unusual config: take the safe path
+        return f"its config gives no attention layer types ({type(exc).__name__})"
+    others = sorted(set(types) - {"full_attention"})
+    if not types or others:
+        return (f"its cache has {' and '.join(others) or 'no'} layers; the batching loop "
+                "keeps full-attention caches only")
+    return None
+
+
+def supported(model) -> bool:
+    """True when every attention layer of the model keeps a plain, full cache."""
+    return unsupported(model) is None
 
 
 def _make_layer_class():
@@ -160,15 +173,75 @@ def _regrow(buf: torch.Tensor, used: int, capacity: int) -> torch.Tensor:
     return new
 
 
+@dataclass
+class _Prefix:
+    tokens: list[int]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [1, kv_heads, P, head_dim]
+    ms: float  # its own prefill's time, not yet charged to any row
+
+
+class Prefixes:
+    """The prefixes a session's rows attend to in place, by id. A decode step whose rows
+    start with different ones attends to them stored one after another (`shared`), each
+    from a multiple of the decode kernel's block; with one prefix that is its own cache."""
+
+    def __init__(self, entries: list[_Prefix] | None = None):
+        self.entries: list[_Prefix] = []
+        self.starts: list[int] = []  # each entry's first position in the stored prefixes
+        self._stored: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        for entry in entries or ():
+            self.add(entry)
+
+    def add(self, prefix: _Prefix) -> int:
+        """The id of `prefix` (of an equal one added before)."""
+        for i, entry in enumerate(self.entries):
+            if entry.tokens == prefix.tokens:
+                return i
+        start = 0
+        if self.entries:
+            lib = own_attention.kernel()
+            block = own_attention.prefix_block(lib) if lib is not None else 1
+            start = -(-(self.starts[-1] + len(self.entries[-1].tokens)) // block) * block
+        self.entries.append(prefix)
+        self.starts.append(start)
+        self._stored = None
+        return len(self.entries) - 1
+
+    def _kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        if self._stored is None:
+            if len(self.entries) == 1:
+                self._stored = self.entries[0].kv
+            else:
+                width = self.starts[-1] + len(self.entries[-1].tokens)
+                self._stored = []
+                for layer, (k0, _) in enumerate(self.entries[0].kv):
+                    pk, pv = (k0.new_zeros(1, k0.shape[1], width, k0.shape[3]) for _ in "kv")
+                    for start, entry in zip(self.starts, self.entries):
+                        k, v = entry.kv[layer]
+                        pk[:, :, start: start + k.shape[2]] = k
+                        pv[:, :, start: start + v.shape[2]] = v
+                    self._stored.append((pk, pv))
+        return self._stored
+
+    def shared(self, ids: torch.Tensor) -> prefix_attention.SharedPrefix:
+        """What rows starting with the prefixes `ids` [rows] (-1: none) attend to."""
+        ids = ids.cpu()
+        starts = torch.tensor(self.starts, dtype=torch.int64)
+        lengths = torch.tensor([len(e.tokens) for e in self.entries], dtype=torch.int64)
+        have, at = ids >= 0, ids.clamp(min=0)
+        return prefix_attention.SharedPrefix(self._kv(), torch.where(have, starts[at], 0),
+                                             torch.where(have, lengths[at], 0))
+
+
 class _State:
     """The running batch: per-layer buffers, the attention mask, next positions, and
-    the shared prefix its rows attend to without holding a copy (`shared` marks which
-    rows start with it)."""
+    the prefix each row attends to without holding a copy (`prefix`: ids in
+    `prefixes`, -1 for none)."""
 
     def __init__(self, layers, mask: torch.Tensor, pos: torch.Tensor, last: torch.Tensor,
-                 rows: list[_Row], shared: torch.Tensor, prefix_kv=None):
+                 rows: list[_Row], prefix: torch.Tensor, prefixes: Prefixes | None = None):
         self.layers, self.mask, self.pos, self.last, self.rows = layers, mask, pos, last, rows
-        self.shared, self.prefix_kv = shared, prefix_kv
+        self.prefix, self.prefixes = prefix, prefixes
 
     @property
     def length(self) -> int:
@@ -389,8 +462,8 @@ class BatchGenerator:
                  state: _State | None = None):
         cache = self.Cache(layers=layers)
         extra = {}
-        if state is not None and state.prefix_kv is not None and bool(state.shared.any()):
-            extra["shared_prefix"] = prefix_attention.SharedPrefix(state.prefix_kv, state.shared)
+        if state is not None and state.prefixes is not None and bool((state.prefix >= 0).any()):
+            extra["shared_prefix"] = state.prefixes.shared(state.prefix)
         with self.packed.active() if self.packed is not None else nullcontext():
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
                              use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}, **extra)
@@ -484,12 +557,14 @@ class BatchGenerator:
             layers.append(self.Layer(k[:, :, end - columns:], v[:, :, end - columns:], 0))
         return layers
 
-    def _prefill(self, rows: list[_Row], prefix_kv, prefix_len: int, max_new: int,
+    def _prefill(self, rows: list[_Row], prefixes: Prefixes | None, pid: int, max_new: int,
                  into: tuple[list, int, int] | None = None) -> tuple[_State, torch.Tensor]:
-        """Prefill the suffixes of `rows` on top of the shared prefix: a new batch state
-        (its next tokens not chosen yet) and the logits to choose them from. With `into`
-        (layers, first row, end column) the cache is written into those layers' rows,
-        right-aligned to end at that column, instead of new buffers."""
+        """Prefill the suffixes of `rows` on top of their prefix (`pid` in `prefixes`, -1:
+        none): a new batch state (its next tokens not chosen yet) and the logits to choose
+        them from. With `into` (layers, first row, end column) the cache is written into
+        those layers' rows, right-aligned to end at that column, instead of new buffers."""
+        prefix = prefixes.entries[pid] if prefixes is not None and pid >= 0 else None
+        prefix_kv, prefix_len = (prefix.kv, len(prefix.tokens)) if prefix else (None, 0)
         suffixes = [r.prompt[prefix_len + r.head:] for r in rows]
         width = max(len(s) for s in suffixes)
         head = max(r.head for r in rows)  # columns of caches kept from the rows' last turns
@@ -504,16 +579,17 @@ class BatchGenerator:
         start = torch.tensor([prefix_len + r.head for r in rows], device=self.device)
         pos = start[:, None] + smask[:, head:].cumsum(-1) - 1
         pos.masked_fill_(smask[:, head:] == 0, 1)
-        shared = torch.full((n,), bool(prefix_len), dtype=torch.bool, device=self.device)
+        on = torch.full((n,), pid if prefix_len else -1, dtype=torch.long, device=self.device)
         if not self._copies_prefix(prefix_len):  # attended in place, never copied
-            state = _State(None, smask, None, None, rows, shared, prefix_kv) \
-                if prefix_len else None
+            # The prefill forward attends to this one prefix alone.
+            state = _State(None, smask, None, None, rows, torch.zeros_like(on),
+                           Prefixes([prefix])) if prefix else None
             mask, copied = smask, 0
         else:  # the model's own attention: every row holds a copy of the prefix
             state = None
             pmask = torch.ones((n, prefix_len), dtype=torch.long, device=self.device)
             mask, copied = torch.cat([pmask, smask], dim=1), prefix_len
-            shared = torch.zeros_like(shared)
+            on = torch.full_like(on, -1)
         layers = self._empty_layers(n, copied + head + width + min(max_new, GROW), copied + head) \
             if into is None else self._window(into, n, copied + head + width, copied + head)
         if copied:
@@ -541,8 +617,7 @@ class BatchGenerator:
         self.stats["turn_reused_tokens"] += sum(r.head for r in rows)
         next_pos = torch.tensor([len(r.prompt) for r in rows], dtype=torch.long,
                                 device=self.device)
-        return _State(layers, mask, next_pos, None, rows, shared,
-                      prefix_kv if bool(shared.any()) else None), logits
+        return _State(layers, mask, next_pos, None, rows, on, prefixes), logits
 
     def _merge(self, parts: list[tuple[_State, list[int]]], headroom: int) -> _State | None:
         """One state holding the kept rows of each part, in order; columns that are
@@ -577,9 +652,8 @@ class BatchGenerator:
             return torch.cat([getattr(state, name).index_select(0, idx) for state, idx in parts])
 
         rows = [state.rows[i] for state, idx in parts for i in idx.tolist()]
-        prefix_kvs = [state.prefix_kv for state, _ in parts if state.prefix_kv is not None]
-        return _State(layers, mask, pick("pos"), pick("last"), rows, pick("shared"),
-                      prefix_kvs[0] if prefix_kvs else None)
+        return _State(layers, mask, pick("pos"), pick("last"), rows, pick("prefix"),
+                      _prefixes_of(state for state, _ in parts))
 
     # -- the loop ----------------------------------------------------------------------------
     def session(self, *, max_new_tokens: int, batch_size: int, temperature: float = 0.0,
@@ -619,9 +693,12 @@ class DecodeSession:
     turn as soon as its tool results are in, so the batch never waits for the
     slowest conversation of a turn.
 
-    The shared prefix is the longest common token prefix of the prompts waiting
-    at the first step; a later prompt that does not start with it is prefilled
-    whole.
+    Each group of prompts (`submit`'s `group`: the cells of a model sharing the
+    session each submit as one) gets its own shared prefix: the longest common
+    token prefix of the group's prompts waiting at the first step that sees the
+    group; a later prompt that does not start with its group's prefix is
+    prefilled whole. Rows of every group decode together, each attending to its
+    own prefix, so each step reads the weights once for all of them.
     """
 
     def __init__(self, gen: BatchGenerator, *, max_new_tokens: int, batch_size: int,
@@ -634,15 +711,15 @@ class DecodeSession:
         self.state: _State | None = None
         self.alive: list[int] = []  # indices into state.rows of the rows still decoding
         self.finished: list[tuple[Hashable, RowResult]] = []
-        self.prefix: list[int] | None = None  # decided at the first admission
-        self.prefix_kv = None
+        self.prefixes = Prefixes()
+        self.group_prefix: dict[Hashable, int] = {}  # each group's prefix id (-1: none)
         self.first_wave = True
-        self.prefix_ms = 0.0  # the shared prefix's own prefill, not yet charged to any row
         self.eos = gen.eos.to(gen.device)
         budget = int(available_memory(gen.device) * gen.turn_memory_fraction)
-        # No more conversations than the engine keeps open at once (its window, 4 x the
-        # batch) can come back; older entries belong to conversations that have ended.
-        self.turns = TurnStore(budget, max(64, 4 * batch_size)) \
+        # No more conversations than the engine keeps open at once per group (its window,
+        # 4 x the batch) can come back; older entries belong to conversations that ended.
+        self.open_per_group = max(64, 4 * batch_size)
+        self.turns = TurnStore(budget, self.open_per_group) \
             if prefix_reuse and budget > 0 else None
         self.cap: int | None = None  # chosen from the measured step rate, once rows allow
 
@@ -652,8 +729,9 @@ class DecodeSession:
         running = len(self.alive) if self.state is not None else 0
         return len(self.waiting) + running + len(self.finished)
 
-    def submit(self, key, prompt: list[int]) -> None:
-        row = _Row(key, list(prompt))
+    def submit(self, key, prompt: list[int], group: Hashable = None) -> None:
+        """Queue `prompt` under `key`; prompts of one `group` share a prefix."""
+        row = _Row(key, list(prompt), group)
         if self.max_new <= 0:
             self.finished.append((key, RowResult([], False, len(row.prompt), 0.0, 0.0)))
             return
@@ -750,19 +828,32 @@ class DecodeSession:
             r.head, r.head_kv = m, turn.kv
             self.turns.hits += 1
 
-    def _decide_prefix(self) -> None:
-        self.prefix = []
-        if not self.prefix_reuse:
-            return
-        prompts = [r.prompt for r in self.waiting]
-        prefix = common_prefix(prompts)[: min(len(p) for p in prompts) - 1]  # each prefills >= 1
-        if len(prefix) >= MIN_PREFIX:
-            self.prefix, self.prefix_kv = prefix, self.gen._prefix_kv(prefix)
-            self.prefix_ms = self.gen.last_prefix_ms  # charged to the rows of the first wave
+    def _decide_prefixes(self) -> None:
+        """A prefix for each group first seen among the waiting prompts: the longest one
+        its waiting prompts share, where it is worth a stored cache."""
+        new: dict[Hashable, list[list[int]]] = {}
+        for r in self.waiting:
+            if r.group not in self.group_prefix:
+                new.setdefault(r.group, []).append(r.prompt)
+        for group, prompts in new.items():
+            self.group_prefix[group] = -1
+            # Each prompt prefills at least one token of its own.
+            prefix = common_prefix(prompts)[: min(len(p) for p in prompts) - 1]
+            if self.prefix_reuse and len(prefix) >= MIN_PREFIX:
+                kv = self.gen._prefix_kv(prefix)  # its time goes to the rows of its first wave
+                self.group_prefix[group] = self.prefixes.add(
+                    _Prefix(prefix, kv, self.gen.last_prefix_ms))
+        if new and self.turns is not None:
+            self.turns.max_entries = self.open_per_group * len(self.group_prefix)
 
-    def _has_prefix(self, r: _Row) -> bool:
-        n = len(self.prefix)
-        return 0 < n < len(r.prompt) and r.prompt[:n] == self.prefix
+    def _prefix_of(self, r: _Row) -> int:
+        """The id of the prefix `r` is prefilled on: its group's, where its prompt starts
+        with it and goes on past it; else -1."""
+        pid = self.group_prefix.get(r.group, -1)
+        if pid < 0:
+            return -1
+        tokens = self.prefixes.entries[pid].tokens
+        return pid if len(tokens) < len(r.prompt) and r.prompt[: len(tokens)] == tokens else -1
 
     def _admit(self, batch: list[_Row]) -> _State | None:
         """Prefill `batch` (on the shared prefix where it applies): a state of the rows
@@ -771,26 +862,31 @@ class DecodeSession:
         self.first_wave = False
         for r in batch:
             r.admitted = t0
+        on: dict[int, list[_Row]] = {}  # prefix id (-1: none) -> its rows
+        for r in batch:
+            on.setdefault(self._prefix_of(r), []).append(r)
         runs = []
-        for group, plen in (([r for r in batch if self._has_prefix(r)], len(self.prefix)),
-                            ([r for r in batch if not self._has_prefix(r)], 0)):
-            if plen and group and self.prefix_ms:  # every row brought the same prefix tokens
-                _share(group, self.prefix_ms, [plen] * len(group))
-                self.prefix_ms = 0.0
+        for pid in sorted(on, key=lambda pid: pid < 0):  # rows on a prefix first
+            group = on[pid]
+            prefix = self.prefixes.entries[pid] if pid >= 0 else None
+            plen = len(prefix.tokens) if prefix else 0
+            if prefix and prefix.ms:  # every row brought the same prefix tokens
+                _share(group, prefix.ms, [plen] * len(group))
+                prefix.ms = 0.0
             if not plen or self.gen.shared_attention:  # a copied prefix: caches not kept
                 for r in group:
                     self._attach_head(r, plen)
             group.sort(key=lambda r: len(r.prompt) - r.head)
-            runs += [(chunk, plen) for chunk in _similar_lengths(group, plen)]
+            runs += [(chunk, pid, plen) for chunk in _similar_lengths(group, plen)]
         # Several runs are prefilled into one buffer, each right-aligned to its end, so
         # they join without a copy (a merge copied every row's cache into new memory).
         into = None
         if len(runs) > 1:
-            end = max(self.gen._prefill_columns(chunk, plen) for chunk, plen in runs)
+            end = max(self.gen._prefill_columns(chunk, plen) for chunk, _, plen in runs)
             into = (self.gen._empty_layers(len(batch), end + GROW, 0), 0, end)
         parts = []
-        for chunk, plen in runs:
-            state, logits = self.gen._prefill(chunk, self.prefix_kv, plen, self.max_new, into)
+        for chunk, pid, _ in runs:
+            state, logits = self.gen._prefill(chunk, self.prefixes, pid, self.max_new, into)
             if into is not None:
                 into = (into[0], into[1] + len(chunk), into[2])
             state.last = self._choose(logits, chunk)
@@ -806,8 +902,8 @@ class DecodeSession:
 
     def _step(self) -> None:
         gen = self.gen
-        if self.prefix is None and self.waiting:
-            self._decide_prefix()
+        if any(r.group not in self.group_prefix for r in self.waiting):
+            self._decide_prefixes()
         n_alive = len(self.alive) if self.state is not None else 0
         new_state = None
         if self.waiting:
@@ -894,12 +990,15 @@ def _stacked(layers, parts: list[_State]) -> _State:
         n = len(state.rows)
         mask[r0: r0 + n, length - state.length:] = state.mask
         r0 += n
-    prefix_kvs = [state.prefix_kv for state in parts if state.prefix_kv is not None]
-    return _State(layers, mask, *(torch.cat([getattr(state, name) for state in parts])
-                                  for name in ("pos", "last")),
-                  [r for state in parts for r in state.rows],
-                  torch.cat([state.shared for state in parts]),
-                  prefix_kvs[0] if prefix_kvs else None)
+    pos, last, prefix = (torch.cat([getattr(state, name) for state in parts])
+                         for name in ("pos", "last", "prefix"))
+    return _State(layers, mask, pos, last, [r for state in parts for r in state.rows], prefix,
+                  _prefixes_of(parts))
+
+
+def _prefixes_of(states) -> Prefixes | None:
+    """The session's prefixes, which every part of a batch refers to (or None)."""
+    return next((state.prefixes for state in states if state.prefixes is not None), None)
 
 
 def _compact(state: _State, alive: list[int]) -> _State:
@@ -920,4 +1019,4 @@ def _compact(state: _State, alive: list[int]) -> _State:
     idx = torch.tensor(order, device=state.mask.device)
     return _State(state.layers, state.mask.index_select(0, idx), state.pos.index_select(0, idx),
                   state.last.index_select(0, idx), [state.rows[i] for i in order],
-                  state.shared.index_select(0, idx), state.prefix_kv)
+                  state.prefix.index_select(0, idx), state.prefixes)

@@ -41,7 +41,7 @@ def cpu_info() -> tuple[str, frozenset[str]]:
 def parse_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
     """Model name and flags of the first processor in Linux's /proc/cpuinfo (x86 says
     `model name` and `flags`, Arm `CPU part` and `Features`)."""
-    model, flags = "", frozenset()
+    model, flags = "", frozenset[str]()
     for line in text.splitlines():
         name, _, value = line.partition(":")
         name = name.strip().lower()

@@ -1,4 +1,4 @@
-"""Llama decoder layers with fused projections, for the batching loop on CPU.
+"""Decoder layers with fused projections, for the batching loop on CPU.
 
 A decoder layer of a Llama-family model runs seven linear layers: q, k, v, o,
 gate, up and down. With the few dozen rows of a decode step each is a small
@@ -12,6 +12,11 @@ queries and keys in one pass and writes keys and values straight into the cache
 (bitwise the same as the model's own). Everything else (the attention function,
 the residuals) is the model's.
 
+Two layouts are fused, both full-attention layers with a SiLU-gated MLP and RMS
+norms: Llama's (SmolLM2 among them) and Qwen2's, whose q, k and v projections
+carry biases (added to the fused product's outputs). `why_not` says why any
+other layer keeps its seven linears.
+
 The fused forward runs only while its `PackedLinears` is on (inside the
 engine's own forward calls) and with at least `MIN_ROWS` tokens of its kernel; otherwise
 the layer's stock forward runs, so `model.generate` is unchanged. A fused
@@ -22,7 +27,9 @@ packed kernel does from the stock one); greedy replies are tested identical to
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import torch
@@ -30,20 +37,49 @@ import torch.nn.functional as F
 
 from evalpipe.backends.local import rotary
 
+# transformers modules whose decoder layers have the fused layout, with the names of
+# their layer, attention, MLP and norm classes. Qwen2's attention differs from Llama's
+# only by its q/k/v biases and an optional sliding window (declined below).
+MODULES = {"llama": ("transformers.models.llama.modeling_llama", "Llama"),
+           "qwen2": ("transformers.models.qwen2.modeling_qwen2", "Qwen2")}
+
+
+@cache
+def _layouts() -> dict[type, tuple[Any, Any, Any, Callable]]:
+    """Decoder layer class -> (attention, MLP, norm classes, the module's eager attention)."""
+    out = {}
+    for module_name, prefix in MODULES.values():
+        module = importlib.import_module(module_name)
+        out[getattr(module, f"{prefix}DecoderLayer")] = (
+            getattr(module, f"{prefix}Attention"), getattr(module, f"{prefix}MLP"),
+            getattr(module, f"{prefix}RMSNorm"), module.eager_attention_forward)
+    return out
+
+
+def why_not(layer) -> str | None:
+    """Why `layer` keeps its own projections, or None where `fuse` takes it."""
+    layout = _layouts().get(type(layer))
+    if layout is None:
+        return f"{type(layer).__name__} is not a Llama or Qwen2 decoder layer"
+    attention, mlp_class, norm, _ = layout
+    attn, mlp = layer.self_attn, layer.mlp
+    if type(attn) is not attention or type(mlp) is not mlp_class or not all(
+            type(n) is norm for n in (layer.input_layernorm, layer.post_attention_layernorm)):
+        return f"{type(layer).__name__} has other attention, MLP or norm modules"
+    if getattr(getattr(mlp, "config", None), "hidden_act", None) != "silu":
+        return "its MLP's activation is not SiLU"
+    if mlp.gate_proj.bias is not None or mlp.up_proj.bias is not None:
+        return "its MLP's gate and up projections have biases"
+    if len({m.bias is None for m in (attn.q_proj, attn.k_proj, attn.v_proj)}) > 1:
+        return "only some of its q, k and v projections have biases"
+    if getattr(attn, "sliding_window", None) is not None:
+        return "its attention has a sliding window"
+    return None
+
 
 def fusable(layer) -> bool:
-    """A plain Llama decoder layer: no biases, SiLU MLP, RMS norms (the layout fused here)."""
-    from transformers.models.llama import modeling_llama as llama
-
-    if type(layer) is not llama.LlamaDecoderLayer:
-        return False
-    attn, mlp = layer.self_attn, layer.mlp
-    return (type(attn) is llama.LlamaAttention and type(mlp) is llama.LlamaMLP
-            and type(layer.input_layernorm) is llama.LlamaRMSNorm
-            and type(layer.post_attention_layernorm) is llama.LlamaRMSNorm
-            and all(m.bias is None for m in (attn.q_proj, attn.k_proj, attn.v_proj,
-                                             mlp.gate_proj, mlp.up_proj))
-            and getattr(getattr(mlp, "config", None), "hidden_act", None) == "silu")
+    """A decoder layer of a layout fused here (see `why_not`)."""
+    return why_not(layer) is None
 
 
 def fuse(layer, pack: Callable[[torch.Tensor], Any],
@@ -59,12 +95,14 @@ def fuse(layer, pack: Callable[[torch.Tensor], Any],
     heads = attn.q_proj.out_features // attn.head_dim
     kv_heads = attn.k_proj.out_features // attn.head_dim
     dim = attn.head_dim
-    qkv = pack(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach())
+    projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+    qkv = pack(torch.cat([m.weight for m in projections]).detach())
+    bias = None if attn.q_proj.bias is None else torch.cat([m.bias for m in projections]).detach()
     gate_up = pack_gated(mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach())
     norm_in, norm_post = layer.input_layernorm, layer.post_attention_layernorm
     stock = layer.forward
+    eager_attention_forward = _layouts()[type(layer)][3]
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    from transformers.models.llama.modeling_llama import eager_attention_forward
 
     def forward(hidden_states, attention_mask=None, position_ids=None, cache=None,
                 use_cache=False, position_embeddings=None, **kwargs):
@@ -75,6 +113,8 @@ def fuse(layer, pack: Callable[[torch.Tensor], Any],
         b, t, width = hidden_states.shape
         h = F.rms_norm(hidden_states, (width,), norm_in.weight, norm_in.variance_epsilon)
         y = matmul(h, qkv)
+        if bias is not None:
+            y += bias
         layer_cache = cache.layers[attn.layer_idx] \
             if cache is not None and len(cache.layers) > attn.layer_idx else None
         query = rotary.rotate_into(y, *position_embeddings, heads, kv_heads, dim, layer_cache)

@@ -8,7 +8,7 @@ once, the linears of a loop shaped like SmolLM2's 30 layers took 106 instead of
 163 ms at 64 rows (float32) on oneDNN's packed kernel (docs/speed.md).
 
 float32 weights are packed into panels of outputs (64 with AVX-512, 16 with AVX2:
-`panel_width`) for the C kernel in `panel_linear.c`, which streams them faster
+the kernel's `panel_width`) for the C kernel in `panel_linear.c`, which streams them faster
 than oneDNN's kernel at decode sizes (the 30 layers at 16 rows: 22.0 against
 27.5 ms, 36.9 against 44.7 on an AVX2 CPU) and is level with it or faster at
 prefill sizes. bfloat16 weights, and float32 ones where the kernel cannot be
@@ -30,7 +30,6 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -40,27 +39,11 @@ from evalpipe.backends.local import fused_layer, native
 # no faster than the stock one; the panel kernel is faster from one row (the layers of
 # SmolLM2-135M at one row: 16.0 against 36.2 ms).
 MIN_ROWS = {"panel": 1, "onednn-packed": 4}
-SOURCE = Path(__file__).parent / "kernels" / "panel_linear.c"
+SOURCE = native.KERNELS / "panel_linear.c"
 
 
-@functools.lru_cache(maxsize=1)
 def _panel_kernel() -> ctypes.CDLL | None:
-    lib = native.build(SOURCE)
-    if lib is not None:
-        lib.panel_linear.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                                     ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                                     ctypes.c_int]
-        lib.panel_swiglu.argtypes = lib.panel_linear.argtypes
-        lib.panel_width.restype = ctypes.c_int
-    return lib
-
-
-def panel_width() -> int:
-    """Outputs per panel in the built kernel (its register tile's width on this CPU)."""
-    lib = _panel_kernel()
-    if lib is None:
-        raise RuntimeError("the panel kernel is not built: check kernel_for() first")
-    return int(lib.panel_width())
+    return native.load(SOURCE)
 
 
 @functools.cache
@@ -86,10 +69,12 @@ def available(dtype: torch.dtype = torch.float32) -> bool:
 @dataclass(frozen=True)
 class Panels:
     """A float32 weight [out, in] as [ceil(out / w), in, w] panels (zeros past out), w
-    the built kernel's `panel_width`."""
+    the `panel_width` of `lib`, the kernel library they were packed for (its products
+    are the only ones that read this layout)."""
 
     data: torch.Tensor
     out_features: int
+    lib: ctypes.CDLL
 
 
 @dataclass(frozen=True)
@@ -115,12 +100,13 @@ def kernel_for(dtype: torch.dtype) -> str:
 
 def pack(weight: torch.Tensor) -> Panels | torch.Tensor:
     """`weight` [out, in] packed for `matmul` in the layout of `kernel_for` its dtype."""
-    if kernel_for(weight.dtype) != "panel":
+    lib = _panel_kernel()
+    if weight.dtype != torch.float32 or lib is None:
         return pack_onednn(weight)
     out, inner = weight.shape
-    width = panel_width()
+    width = int(lib.panel_width())
     padded = torch.nn.functional.pad(weight.detach(), (0, 0, 0, -out % width))
-    return Panels(padded.view(-1, width, inner).transpose(1, 2).contiguous(), out)
+    return Panels(padded.view(-1, width, inner).transpose(1, 2).contiguous(), out, lib)
 
 
 def pack_gated(gate: torch.Tensor, up: torch.Tensor) -> Gated:
@@ -130,9 +116,10 @@ def pack_gated(gate: torch.Tensor, up: torch.Tensor) -> Gated:
                          f"and {tuple(up.shape)}")
     if kernel_for(gate.dtype) != "panel":
         return Gated(pack_onednn(torch.cat([gate, up]).detach()), gate.shape[0])
-    g, u = pack(gate).data, pack(up).data
-    return Gated(Panels(torch.stack([g, u], dim=1).flatten(0, 1), gate.shape[0]),
-                 gate.shape[0])
+    g, u = pack(gate), pack(up)
+    assert isinstance(g, Panels) and isinstance(u, Panels)
+    return Gated(Panels(torch.stack([g.data, u.data], dim=1).flatten(0, 1), gate.shape[0],
+                        g.lib), gate.shape[0])
 
 
 def gated(x: torch.Tensor, packed: Gated) -> torch.Tensor:
@@ -169,14 +156,11 @@ def _panel_product(x: torch.Tensor, packed: Panels, function: str) -> torch.Tens
     if rows.dtype != torch.float32 or rows.device.type != "cpu":
         raise TypeError(f"panel weights take float32 CPU inputs, got {rows.dtype} on "
                         f"{rows.device}")
-    lib = _panel_kernel()
-    if lib is None:  # packed while the kernel was on, used after it was switched off
-        raise RuntimeError("panel weights need the panel kernel, which is not built")
     rows = rows.contiguous()
-    panels, width = packed.data.shape[0], packed.data.shape[2]  # width: panel_width()
+    panels, width = packed.data.shape[0], packed.data.shape[2]  # width: lib.panel_width()
     outs = panels // 2 if function == "panel_swiglu" else panels
     y = torch.empty(rows.shape[0], outs * width, dtype=torch.float32)
-    getattr(lib, function)(rows.data_ptr(), rows.shape[0], rows.shape[1],
+    getattr(packed.lib, function)(rows.data_ptr(), rows.shape[0], rows.shape[1],
                            packed.data.data_ptr(), panels, y.data_ptr(), torch.get_num_threads())
     if packed.out_features != y.shape[1]:
         y = y[:, : packed.out_features]
@@ -191,6 +175,8 @@ class PackedLinears:
         self.layers = 0
         self.nbytes = 0  # memory the packed copies take
         self.kernel = ""  # "panel" (panel_linear.c) or "onednn-packed"
+        self.fused = 0  # decoder layers running fused projections (fused_layer)
+        self.unfused: dict[str, int] = {}  # why the other decoder layers do not, counted
 
     @classmethod
     def install(cls, model, budget_bytes: int) -> PackedLinears | None:
@@ -213,11 +199,20 @@ class PackedLinears:
                 got = _packed_matmul(probe, pack(first.weight.detach()), first.bias)
                 if not torch.allclose(got.float(), first(probe).float(), rtol=2e-2, atol=1e-3):
                     return None  # a kernel this build gets wrong: keep the stock layers
-                # Decoder layers of the Llama layout run their q/k/v and gate/up projections
-                # as two fused products; their linears need no packed copy of their own.
-                fused = {id(m) for layer in model.modules() if fused_layer.fusable(layer)
-                         for m in fused_layer.fuse(layer, pack, matmul, pack_gated, gated,
-                                                        self._packed_for)}
+                # Decoder layers of the Llama and Qwen2 layouts run their q/k/v and gate/up
+                # projections as two fused products; their linears need no packed copy of
+                # their own.
+                fused: set[int] = set()
+                for layer in model.modules():
+                    if not type(layer).__name__.endswith("DecoderLayer"):
+                        continue
+                    why = fused_layer.why_not(layer)
+                    if why is not None:
+                        self.unfused[why] = self.unfused.get(why, 0) + 1
+                        continue
+                    self.fused += 1
+                    fused |= {id(m) for m in fused_layer.fuse(layer, pack, matmul, pack_gated,
+                                                              gated, self._packed_for)}
                 packs = [(m, pack(m.weight.detach())) for m in linears if id(m) not in fused]
             except RuntimeError:
                 return None

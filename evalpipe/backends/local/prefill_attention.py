@@ -27,43 +27,43 @@ MIN_QUERIES = 2  # query tokens per row from which the kernel takes a chunk (1: 
 
 def takes(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
     """True for float32 CPU chunks of at least MIN_QUERIES query tokens whose head size
-    is a multiple of 16 with unit stride, keys and values laid out alike, and a built
+    is whole vectors with unit stride, keys and values laid out alike, and a built
     kernel."""
     return (query.shape[2] >= MIN_QUERIES and query.device.type == "cpu"
-            and query.shape[-1] % 16 == 0
             and all(t.dtype == torch.float32 and t.stride(-1) == 1 for t in (query, key, value))
-            and key.stride() == value.stride() and own_attention.kernel() is not None)
+            and key.stride() == value.stride()
+            and own_attention.takes_heads(own_attention.kernel(), query.shape[-1]))
 
 
 def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
-           prefix: tuple[torch.Tensor, torch.Tensor] | None, prefix_rows: torch.Tensor,
+           prefix: tuple[torch.Tensor, torch.Tensor] | None, ranges: own_attention.Ranges,
            scale: float) -> torch.Tensor | None:
-    """query [B, H, q, D] over [prefix | key/value [B, KVH, S, D]]: [B, q, H, D], as the
-    model's attention functions return it. `mask` [B, S] bool marks each row's real own
-    columns; the chunk's queries are the last q of them, each attending causally.
-    `prefix` (keys, values) [1, KVH, P, D] is attended by the rows where `prefix_rows`
-    [B] is True. None where the kernel could not get its scratch memory."""
+    """query [B, H, q, D] over [its prefix | key/value [B, KVH, S, D]]: [B, q, H, D], as
+    the model's attention functions return it. `mask` [B, S] bool marks each row's real
+    own columns; the chunk's queries are the last q of them, each attending causally.
+    `prefix` (keys, values) [1, KVH, P, D] holds the batch's prefixes one after another
+    (or None), `ranges` each row's part of them. None where the kernel could not get its
+    scratch memory."""
     b, heads, q_len, dim = query.shape
     kv_heads, s_len = key.shape[1], key.shape[2]
     lib = own_attention.kernel()
     if lib is None:
         raise RuntimeError("the attention kernels are not built: check takes() first")
-    if mask.dtype != torch.bool or prefix_rows.dtype != torch.bool:  # read as one byte each
-        raise TypeError(f"prefill-attention masks must be bool, got {mask.dtype} and "
-                        f"{prefix_rows.dtype}")
-    mask, rows = mask.contiguous(), prefix_rows.contiguous()
+    if mask.dtype != torch.bool:  # read as one byte each
+        raise TypeError(f"prefill-attention masks must be bool, got {mask.dtype}")
+    mask = mask.contiguous()
     if prefix is not None:
         pk, pv = prefix
         if pk.stride() != pv.stride() or pk.stride(-1) != 1:
             pk, pv = pk.contiguous(), pv.contiguous()
-        p_len, pk_ptr, pv_ptr, (phs, pps) = pk.shape[2], pk.data_ptr(), pv.data_ptr(), \
-            pk.stride()[1:3]
+        pk_ptr, pv_ptr, (phs, pps) = pk.data_ptr(), pv.data_ptr(), pk.stride()[1:3]
     else:
-        p_len = pk_ptr = pv_ptr = phs = pps = 0
+        ranges = own_attention.Ranges.none(b)
+        pk_ptr = pv_ptr = phs = pps = 0
     out = torch.empty(b, q_len, heads, dim, dtype=torch.float32)
     failed = lib.prefill_attention(
-        query.data_ptr(), pk_ptr, pv_ptr, rows.data_ptr(), key.data_ptr(), value.data_ptr(),
-        mask.data_ptr(), out.data_ptr(), b, kv_heads, heads // kv_heads, dim, q_len, p_len,
-        s_len, *query.stride()[:3], phs, pps, *key.stride()[:3], scale,
-        torch.get_num_threads())
+        query.data_ptr(), pk_ptr, pv_ptr, ranges.starts.data_ptr(), ranges.lengths.data_ptr(),
+        key.data_ptr(), value.data_ptr(), mask.data_ptr(), out.data_ptr(), b, kv_heads,
+        heads // kv_heads, dim, q_len, s_len, *query.stride()[:3], phs, pps,
+        *key.stride()[:3], scale, torch.get_num_threads())
     return None if failed else out

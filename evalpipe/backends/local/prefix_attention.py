@@ -9,6 +9,8 @@ attention takes the prefix (one row, shared) as a separate block: the scores
 against the prefix and against the row's own tokens go through one softmax,
 so the result is the same attention, computed without the copies (the
 technique vLLM and FlashInfer call cascade or shared-prefix attention).
+The cells of a model that share one batch each bring their own prefix: the
+prefixes are stored one after another and each row attends to its own.
 
 `install(model)` registers the function under its own attention name and
 switches the model to it. Without a `shared_prefix` argument in the forward
@@ -29,15 +31,33 @@ NAME = "evalpipe_shared_prefix"
 
 @dataclass
 class SharedPrefix:
-    """The prefix's keys and values per layer ([1, kv_heads, P, head_dim] each) and
-    which rows of the batch start with it ([rows] bool)."""
+    """The batch's prefixes, stored once: their keys and values per layer, one after
+    another ([1, kv_heads, P, head_dim] each), and where each row's own lies in them
+    (`starts`, `lengths` [rows]; length 0: the row has none)."""
 
     kv: list[tuple[torch.Tensor, torch.Tensor]]
-    rows: torch.Tensor
+    starts: torch.Tensor
+    lengths: torch.Tensor
 
     def __post_init__(self):
-        # Asked once per forward, not in each layer: usually every row has the prefix.
-        self.every_row = bool(self.rows.all())
+        # Checked once per forward, not in each layer: usually every row has all of one.
+        width = self.kv[0][0].shape[2]
+        self.ranges = own_attention.Ranges.of(self.starts, self.lengths, width)
+        self.every_row = bool((self.ranges.starts == 0).all()
+                              and (self.ranges.lengths == width).all())
+
+    @classmethod
+    def one(cls, kv: list[tuple[torch.Tensor, torch.Tensor]], rows: torch.Tensor
+            ) -> SharedPrefix:
+        """One prefix, taken by the rows where `rows` [B] bool is True."""
+        return cls(kv, torch.zeros(len(rows), dtype=torch.int64),
+                   rows.to(torch.int64) * kv[0][0].shape[2])
+
+    def columns(self) -> torch.Tensor:
+        """[rows, P] bool: the prefix positions each row attends to."""
+        cols = torch.arange(self.kv[0][0].shape[2])[None]
+        return (cols >= self.ranges.starts[:, None]) & \
+            (cols < (self.ranges.starts + self.ranges.lengths)[:, None])
 
 
 def install(model) -> bool:
@@ -68,7 +88,7 @@ def install(model) -> bool:
                 own = _row_mask(attention_mask, query.shape[2], key.shape[2], key.device)
                 # The last query sees every real column: its mask row is the row's columns.
                 out = prefill_attention.attend(query, key, value, own[:, 0, -1].expand(
-                    key.shape[0], -1), shared_prefix.kv[module.layer_idx], shared_prefix.rows,
+                    key.shape[0], -1), shared_prefix.kv[module.layer_idx], shared_prefix.ranges,
                     scale)
                 if out is not None:
                     return out, None
@@ -101,7 +121,7 @@ def _with_prefix(key, value, mask, prefix: SharedPrefix, layer: int, q_len: int)
     key = torch.cat([pk.expand(b, -1, -1, -1), key], dim=2)
     value = torch.cat([pv.expand(b, -1, -1, -1), value], dim=2)
     own = _row_mask(mask, q_len, s_len, key.device).expand(b, 1, q_len, s_len)
-    shared = prefix.rows.view(b, 1, 1, 1).expand(b, 1, q_len, p_len)
+    shared = prefix.columns().view(b, 1, 1, p_len).expand(b, 1, q_len, p_len)
     return key, value, torch.cat([shared, own], dim=-1)
 
 
@@ -121,7 +141,7 @@ def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
     own = _row_mask(mask, q_len, s_len, query.device)[:, :, None]  # [B, 1, 1, q, S]
     if own_attention.usable(query, key, value) and pk.dtype == torch.float32:
         out = own_attention.decode_attention(query, key, value, own[:, 0, 0, 0].expand(b, s_len),
-                                             (pk, pv), prefix.rows, scale)
+                                             (pk, pv), prefix.ranges, scale)
         if out is not None:
             return out, None
     # Scores and sums in float32 whatever the model's dtype, as the fused kernels keep
@@ -144,7 +164,7 @@ def _cascade(module, query, key, value, mask, scaling, prefix: SharedPrefix):
     scores_s = torch.where(own, scores_s.view(b, kv_heads, groups, q_len, s_len), low)
     scores_s = scores_s.view(b, kv_heads, gq, s_len)
     if not prefix.every_row:
-        scores_p = scores_p.masked_fill(~prefix.rows.view(1, b, 1, 1), low)
+        scores_p = scores_p.masked_fill(~prefix.columns().view(1, b, 1, p_len), low)
     top = torch.maximum(scores_s.amax(-1, keepdim=True),
                         scores_p.amax(-1, keepdim=True).transpose(0, 1))  # [B, KVH, g*q, 1]
     exp_s = scores_s.sub_(top).exp_()

@@ -12,24 +12,22 @@ keeps torch's ops.
 from __future__ import annotations
 
 import ctypes
-from functools import lru_cache
-from pathlib import Path
+import functools
 
 import torch
 
 from evalpipe.backends.local import native
 
-SOURCE = Path(__file__).parent / "kernels" / "rotary.c"
-_i64, _ptr = ctypes.c_int64, ctypes.c_void_p
+SOURCE = native.KERNELS / "rotary.c"
 
 
-@lru_cache(maxsize=1)
 def kernel() -> ctypes.CDLL | None:
-    lib = native.build(SOURCE)
-    if lib is not None:
-        lib.rotate_into.argtypes = ([_ptr] + [_i64] * 5 + [_ptr] * 2 + [_i64] * 2 + [_ptr] * 3
-                                    + [_i64] * 3 + [ctypes.c_int])
-    return lib
+    return native.load(SOURCE)
+
+
+@functools.cache
+def _dim_multiple(lib: ctypes.CDLL) -> int:
+    return int(lib.dim_multiple())
 
 
 def rotate_into(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int,
@@ -40,7 +38,7 @@ def rotate_into(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: in
     written, where the kernel cannot take the call."""
     lib = kernel()
     rows, t = y.shape[0], y.shape[1]
-    if (lib is None or not hasattr(layer, "reserve") or dim % 32
+    if (lib is None or not hasattr(layer, "reserve") or dim % _dim_multiple(lib)
             or any(x.dtype != torch.float32 or x.device.type != "cpu" for x in (y, cos, sin))
             or not y.is_contiguous() or cos.stride() != sin.stride() or cos.stride(-1) != 1
             or cos.shape[1:] != (t, dim) or cos.shape[0] not in (1, rows)):

@@ -7,7 +7,10 @@
  * columns (left padding, the gaps a merge of batches leaves) are skipped, not
  * multiplied. The prefix keys come transposed ([dim, positions], once per prefix), so
  * their scores are plain vector products over 32 positions at a time with no sums
- * across lanes; the own tokens' keys stay in the cache's layout.
+ * across lanes; the own tokens' keys stay in the cache's layout. Rows may attend to
+ * different prefixes (the cells of a model share one batch): the prefixes lie one after
+ * another in one buffer, each from a multiple of BLOCK, and each row names the first
+ * position and the length of its own (length 0: none).
  *
  * torch did this as two batched products per block, a concatenation-free softmax of
  * six elementwise passes, and a transpose: at these shapes (3 x 64 queries against a
@@ -15,9 +18,10 @@
  * these loops and every pass re-read the scores from memory.
  *
  * Layouts (float32): q [rows, heads, groups, dim] contiguous; prefix keys [heads, dim,
- * ppad] (zero padded) and values by strides (head, position); own keys and values by
- * strides (row, head, position), unit stride along dim; prow [rows] and mask [rows,
- * len] bytes, 1 = attend; out [rows, heads, groups, dim] contiguous.
+ * ptot] (zero padded) and values by strides (head, position); own keys and values by
+ * strides (row, head, position), unit stride along dim; pstart and plen [rows] int64
+ * (pstart a multiple of BLOCK); mask [rows, len] bytes, 1 = attend; out [rows, heads,
+ * groups, dim] contiguous. ppad: the longest plen rounded up to BLOCK.
  * Built at first use by own_attention.py with the machine's own compiler.
  */
 #include <math.h>
@@ -32,11 +36,18 @@ typedef float quad __attribute__((vector_size(16)));
 #define MAXV 4   /* value vectors of dim held per group (with AVX2's 16 registers, 2 and 3
                   * were no faster) */
 
+/* What callers must know of this build (own_attention.py reads them): the multiple of
+ * BLOCK the transposed prefix keys are padded to, and the multiple of which a head's
+ * size must be (whole vectors along dim). */
+int prefix_block(void) { return BLOCK; }
+int dim_multiple(void) { return LANES; }
+
 typedef struct {
     const float *q, *pkt, *pv, *k, *v;
-    const uint8_t *prow, *mask;
+    const int64_t *pstart, *plen;
+    const uint8_t *mask;
     float *out;
-    int64_t heads, groups, dim, plen, ppad, len, lpad;
+    int64_t heads, groups, dim, ppad, ptot, len, lpad;
     int64_t phs, pps;   /* prefix value strides: head, position */
     int64_t rs, hs, ps; /* own key/value strides: row, head, position */
     float scale;
@@ -64,16 +75,18 @@ static inline float lanes_max(vec x) {
     return m;
 }
 
-/* Scores of GB query groups against all prefix positions (transposed keys). */
+/* Scores of GB query groups against the first rp positions of a prefix from position p0
+ * (transposed keys). */
 static inline __attribute__((always_inline)) void prefix_scores(const job_t *j, int64_t head,
+                                                                int64_t p0, int64_t rp,
                                                                 const float *qs, float *sc,
                                                                 int64_t w, const int GB) {
-    const int64_t D = j->dim, PP = j->ppad;
-    const float *kt = j->pkt + head * D * PP;
-    for (int64_t s = 0; s < PP; s += 2 * LANES) { /* PP: whole BLOCKs, so whole steps */
+    const int64_t D = j->dim, PT = j->ptot;
+    const float *kt = j->pkt + head * D * PT + p0;
+    for (int64_t s = 0; s < rp; s += 2 * LANES) { /* rp: whole BLOCKs, so whole steps */
         vec a0[MAXG] = {{0}}, a1[MAXG] = {{0}};
         for (int64_t d = 0; d < D; d++) {
-            vec k0 = load(kt + d * PP + s), k1 = load(kt + d * PP + s + LANES);
+            vec k0 = load(kt + d * PT + s), k1 = load(kt + d * PT + s + LANES);
             in_register(k0);
             in_register(k1);
             for (int g = 0; g < GB; g++) {
@@ -89,25 +102,26 @@ static inline __attribute__((always_inline)) void prefix_scores(const job_t *j, 
     }
 }
 
-static void prefix_scores_any(const job_t *j, int64_t head, const float *qs, float *sc,
-                              int64_t w, int64_t gb) {
+static void prefix_scores_any(const job_t *j, int64_t head, int64_t p0, int64_t rp,
+                              const float *qs, float *sc, int64_t w, int64_t gb) {
     switch (gb) {
-    case 1: prefix_scores(j, head, qs, sc, w, 1); break;
-    case 2: prefix_scores(j, head, qs, sc, w, 2); break;
-    case 3: prefix_scores(j, head, qs, sc, w, 3); break;
-    default: prefix_scores(j, head, qs, sc, w, 4); break;
+    case 1: prefix_scores(j, head, p0, rp, qs, sc, w, 1); break;
+    case 2: prefix_scores(j, head, p0, rp, qs, sc, w, 2); break;
+    case 3: prefix_scores(j, head, p0, rp, qs, sc, w, 3); break;
+    default: prefix_scores(j, head, p0, rp, qs, sc, w, 4); break;
     }
 }
 
-/* out[g, d0 : d0 + LANES NV] for GB groups: the weighted values over the prefix (when the
- * row has it) and the row's unmasked own tokens, divided by each group's sum. */
+/* out[g, d0 : d0 + LANES NV] for GB groups: the weighted values over the row's prefix
+ * (its pl positions from p0) and the row's unmasked own tokens, divided by each group's
+ * sum. */
 static inline __attribute__((always_inline)) void weighted_values(
-    const job_t *j, int64_t row, int64_t head, int has_p, const float *e, const float *sums,
-    int64_t w, int64_t d0, float *out, const int GB, const int NV) {
+    const job_t *j, int64_t row, int64_t head, int64_t p0, int64_t pl, const float *e,
+    const float *sums, int64_t w, int64_t d0, float *out, const int GB, const int NV) {
     vec acc[MAXG][MAXV] = {{{0}}};
-    if (has_p) {
-        const float *pv = j->pv + head * j->phs + d0;
-        for (int64_t s = 0; s < j->plen; s++) {
+    if (pl > 0) {
+        const float *pv = j->pv + head * j->phs + p0 * j->pps + d0;
+        for (int64_t s = 0; s < pl; s++) {
             vec val[MAXV];
             for (int c = 0; c < NV; c++) {
                 val[c] = load(pv + s * j->pps + c * LANES);
@@ -140,17 +154,17 @@ static inline __attribute__((always_inline)) void weighted_values(
                   sums[g] > 0.0f ? acc[g][c] / sums[g] : (vec){0});
 }
 
-#define VALUES_CASE(GB_)                                                                 \
-    switch (nv) {                                                                        \
-    case 1: weighted_values(j, row, head, has_p, e, sums, w, d0, out, GB_, 1); break;    \
-    case 2: weighted_values(j, row, head, has_p, e, sums, w, d0, out, GB_, 2); break;    \
-    case 3: weighted_values(j, row, head, has_p, e, sums, w, d0, out, GB_, 3); break;    \
-    default: weighted_values(j, row, head, has_p, e, sums, w, d0, out, GB_, 4); break;   \
+#define VALUES_CASE(GB_)                                                                  \
+    switch (nv) {                                                                         \
+    case 1: weighted_values(j, row, head, p0, pl, e, sums, w, d0, out, GB_, 1); break;    \
+    case 2: weighted_values(j, row, head, p0, pl, e, sums, w, d0, out, GB_, 2); break;    \
+    case 3: weighted_values(j, row, head, p0, pl, e, sums, w, d0, out, GB_, 3); break;    \
+    default: weighted_values(j, row, head, p0, pl, e, sums, w, d0, out, GB_, 4); break;   \
     }
 
-static void values_any(const job_t *j, int64_t row, int64_t head, int has_p, const float *e,
-                       const float *sums, int64_t w, int64_t d0, float *out, int64_t gb,
-                       int64_t nv) {
+static void values_any(const job_t *j, int64_t row, int64_t head, int64_t p0, int64_t pl,
+                       const float *e, const float *sums, int64_t w, int64_t d0, float *out,
+                       int64_t gb, int64_t nv) {
     switch (gb) {
     case 1: VALUES_CASE(1) break;
     case 2: VALUES_CASE(2) break;
@@ -164,15 +178,16 @@ static void values_any(const job_t *j, int64_t row, int64_t head, int has_p, con
 static void attend(const job_t *j, int64_t t, float *qs, float *sc, float *sums) {
     const int64_t G = j->groups, D = j->dim, PP = j->ppad, LP = j->lpad, w = PP + LP;
     const int64_t row = t / j->heads, head = t % j->heads;
-    const int has_p = j->plen > 0 && j->prow[row];
+    const int64_t p0 = j->pstart[row], pl = j->plen[row], rp = (pl + BLOCK - 1) / BLOCK * BLOCK;
     const float *q = j->q + t * G * D;
     for (int64_t i = 0; i < G * D; i++) qs[i] = q[i] * j->scale;
 
-    if (has_p)
+    if (pl > 0)
         for (int64_t g0 = 0; g0 < G; g0 += MAXG)
-            prefix_scores_any(j, head, qs + g0 * D, sc + g0 * w, w, G - g0 < MAXG ? G - g0 : MAXG);
-    for (int64_t g = 0; g < G; g++) /* the padding after the prefix, or all of it */
-        for (int64_t s = has_p ? j->plen : 0; s < PP; s++) sc[g * w + s] = -INFINITY;
+            prefix_scores_any(j, head, p0, rp, qs + g0 * D, sc + g0 * w, w,
+                              G - g0 < MAXG ? G - g0 : MAXG);
+    for (int64_t g = 0; g < G; g++) /* the padding after the row's prefix, or all of it */
+        for (int64_t s = pl; s < PP; s++) sc[g * w + s] = -INFINITY;
 
     const float *k = j->k + row * j->rs + head * j->hs;
     const uint8_t *m = j->mask + row * j->len;
@@ -215,7 +230,8 @@ static void attend(const job_t *j, int64_t t, float *qs, float *sc, float *sums)
         int64_t gb = G - g0 < MAXG ? G - g0 : MAXG;
         for (int64_t d0 = 0; d0 < D; d0 += MAXV * LANES) {
             int64_t nv = (D - d0) / LANES < MAXV ? (D - d0) / LANES : MAXV;
-            values_any(j, row, head, has_p, sc + g0 * w, sums + g0, w, d0, out + g0 * D, gb, nv);
+            values_any(j, row, head, p0, pl, sc + g0 * w, sums + g0, w, d0, out + g0 * D, gb,
+                       nv);
         }
     }
 }
@@ -224,14 +240,14 @@ static void attend(const job_t *j, int64_t t, float *qs, float *sc, float *sums)
  * libgomp.so.1 resolves to the runtime torch already runs: its own thread pool, not a
  * second set of threads fighting it for the cores. Returns 0, or -1 when scratch
  * memory could not be had (the caller falls back to torch). */
-int decode_attention(const float *q, const float *pkt, const float *pv, const uint8_t *prow,
-                     const float *k, const float *v, const uint8_t *mask, float *out,
-                     int64_t rows, int64_t heads, int64_t groups, int64_t dim, int64_t plen,
-                     int64_t ppad, int64_t len, int64_t phs, int64_t pps, int64_t rs,
-                     int64_t hs, int64_t ps, float scale, int threads) {
+int decode_attention(const float *q, const float *pkt, const float *pv, const int64_t *pstart,
+                     const int64_t *plen, const float *k, const float *v, const uint8_t *mask,
+                     float *out, int64_t rows, int64_t heads, int64_t groups, int64_t dim,
+                     int64_t ppad, int64_t ptot, int64_t len, int64_t phs, int64_t pps,
+                     int64_t rs, int64_t hs, int64_t ps, float scale, int threads) {
     const int64_t lpad = (len + LANES - 1) / LANES * LANES;
-    job_t j = {q, pkt, pv, k, v, prow, mask, out, heads, groups, dim, plen, ppad, len, lpad,
-               phs, pps, rs, hs, ps, scale};
+    job_t j = {q, pkt, pv, k, v, pstart, plen, mask, out, heads, groups, dim, ppad, ptot, len,
+               lpad, phs, pps, rs, hs, ps, scale};
     const int64_t tasks = rows * heads;
     if (threads < 1) threads = 1;
     if (threads > tasks) threads = (int)(tasks > 0 ? tasks : 1);
@@ -267,14 +283,14 @@ int decode_attention(const float *q, const float *pkt, const float *pv, const ui
  * along the lanes with no sums across them.
  *
  * Masking: own column c is attended by query token i when mask[c] and c <= len - q_len
- * + i (the chunk's tokens are the last q_len columns of the row's cache); every prefix
- * column is attended by a row whose prow is set. A query that may attend to nothing
- * gets zeros.
+ * + i (the chunk's tokens are the last q_len columns of the row's cache); a row attends
+ * to every column of its prefix, plen[row] positions from pstart[row]. A query that may
+ * attend to nothing gets zeros.
  *
  * Layouts (float32, unit stride along dim): q by strides (row, head, token); prefix keys
- * and values [heads, plen, dim] by strides (head, position); own keys and values by
- * strides (row, head, position); mask [rows, len] bytes; out [rows, q_len, heads *
- * groups, dim] contiguous. */
+ * and values [heads, positions, dim] by strides (head, position); pstart and plen [rows]
+ * int64; own keys and values by strides (row, head, position); mask [rows, len] bytes;
+ * out [rows, q_len, heads * groups, dim] contiguous. */
 
 /* The smaller of a tile size and the largest this build holds in registers, as a
  * constant: the switches below instantiate tile sizes past NQ on narrow CPUs. */
@@ -292,9 +308,10 @@ int decode_attention(const float *q, const float *pkt, const float *pv, const ui
 
 typedef struct {
     const float *q, *pk, *pv, *k, *v;
-    const uint8_t *prow, *mask;
+    const int64_t *pstart, *plen;
+    const uint8_t *mask;
     float *out;
-    int64_t heads, groups, dim, qlen, plen, len;
+    int64_t heads, groups, dim, qlen, len;
     int64_t qrs, qhs, qps; /* query strides: row, head (query head), token */
     int64_t phs, pps;      /* prefix key/value strides: head, position */
     int64_t rs, hs, ps;    /* own key/value strides: row, head, position */
@@ -452,10 +469,12 @@ static void prefill_task(const pjob_t *j, int64_t t, int64_t qblocks, float *scr
         lim[r] = r < r_used ? (float)(first_col + i) : -1.0f; /* padding rows see nothing */
     }
 
-    if (j->plen > 0 && j->prow[row]) {
-        const float *pk = j->pk + head * j->phs, *pv = j->pv + head * j->phs;
-        for (int64_t c0 = 0; c0 < j->plen; c0 += KB) {
-            int64_t w = j->plen - c0 < KB ? j->plen - c0 : KB;
+    const int64_t pl = j->plen[row];
+    if (pl > 0) {
+        const int64_t p0 = j->pstart[row] * j->pps;
+        const float *pk = j->pk + head * j->phs + p0, *pv = j->pv + head * j->phs + p0;
+        for (int64_t c0 = 0; c0 < pl; c0 += KB) {
+            int64_t w = pl - c0 < KB ? pl - c0 : KB;
             attend_block(j, qt, st, ot, m, l, alpha, lim, rp, pk + c0 * j->pps,
                          pv + c0 * j->pps, w, -1, NULL);
         }
@@ -490,13 +509,13 @@ static void prefill_task(const pjob_t *j, int64_t t, int64_t qblocks, float *scr
 
 /* Tasks split dynamically over `threads` OpenMP threads (later query blocks see more
  * columns). Returns 0, or -1 when scratch memory could not be had. */
-int prefill_attention(const float *q, const float *pk, const float *pv, const uint8_t *prow,
-                      const float *k, const float *v, const uint8_t *mask, float *out,
-                      int64_t rows, int64_t heads, int64_t groups, int64_t dim, int64_t qlen,
-                      int64_t plen, int64_t len, int64_t qrs, int64_t qhs, int64_t qps,
+int prefill_attention(const float *q, const float *pk, const float *pv, const int64_t *pstart,
+                      const int64_t *plen, const float *k, const float *v, const uint8_t *mask,
+                      float *out, int64_t rows, int64_t heads, int64_t groups, int64_t dim,
+                      int64_t qlen, int64_t len, int64_t qrs, int64_t qhs, int64_t qps,
                       int64_t phs, int64_t pps, int64_t rs, int64_t hs, int64_t ps, float scale,
                       int threads) {
-    pjob_t j = {q, pk, pv, k, v, prow, mask, out, heads, groups, dim, qlen, plen, len,
+    pjob_t j = {q, pk, pv, k, v, pstart, plen, mask, out, heads, groups, dim, qlen, len,
                 qrs, qhs, qps, phs, pps, rs, hs, ps, scale};
     const int64_t qblocks = (qlen + QB - 1) / QB, tasks = rows * heads * qblocks;
     const int64_t rp_max = (groups * QB + LANES - 1) / LANES * LANES;

@@ -10,8 +10,12 @@
  * Layouts (float32): y [rows, t, heads + 2 kv_heads, dim] contiguous; cos and sin
  * [rows, t, dim] with strides (crs, cps) and unit last stride; q [rows, heads, t, dim]
  * contiguous; k and v at the first new column, strides (rs, hs, ps). dim is a multiple
- * of 2 LANES. Built at first use by native.py. */
+ * of dim_multiple(). Built at first use by native.py. */
 #include "simd.h"
+
+/* The multiple of which a head's size must be: each half is whole vectors (rotary.py
+ * reads it). */
+int dim_multiple(void) { return 2 * LANES; }
 
 /* x c + t s with each product rounded first, as torch's separate passes round them. */
 static inline vec turn(vec x, vec c, vec t, vec s) {

@@ -1,11 +1,12 @@
-/* The vector type the engine's C kernels are written in, as wide as this CPU's widest
- * float registers (the kernels are built with -march=native): 16 floats with AVX-512,
- * 8 with AVX/AVX2, else 4 (SSE, NEON). The kernels were first written for 16 lanes
+/* The vector type the engine's C kernels are written in, as wide as the target's widest
+ * float registers (the kernels are built with -march=native, or the target native.py is
+ * told): 16 floats with AVX-512, 8 with AVX/AVX2, else 4 (SSE, NEON). The kernels were first written for 16 lanes
  * alone; with AVX2 only, a 64-byte vector has no register to live in and neither kernel
  * built, so such CPUs silently ran torch's slower paths.
  *
  * Register tiles that hold several vectors are sized per width by each kernel (AVX-512
- * has 32 vector registers, AVX2 16). Included by native.py's build (-I this folder). */
+ * has 32 vector registers, AVX2 16). Included by native.py's build (-I this folder);
+ * every kernel is one translation unit, so each library gets its own simd_lanes. */
 #ifndef EVALPIPE_SIMD_H
 #define EVALPIPE_SIMD_H
 
@@ -32,6 +33,9 @@ typedef int32_t ivec __attribute__((vector_size(4 * LANES)));
 #else
 #define in_register(x) ((void)0)
 #endif
+
+/* The width this library was built for (native.py records it in the run's manifest). */
+int simd_lanes(void) { return LANES; }
 
 static inline vec load(const float *p) {
     vec x;
