@@ -65,8 +65,8 @@ def test_calls_without_the_protocol_wrapper_are_read_leniently_and_refused_stric
     """Bare or fenced JSON under hermes (never the <tool_call> tags): each call runs
     (lenient, repaired) and is one strict format error; no reply loses a call in strict
     mode that it did not report as an error."""
-    untagged = [case for model, fmt, _, case in recorded()
-                if fmt == "hermes" and "<tool_call>" not in case["raw"] and case["lenient"]["calls"]]
+    untagged = [case for _, fmt, _, case in recorded() if fmt == "hermes"
+                and "<tool_call>" not in case["raw"] and case["lenient"]["calls"]]
     assert untagged, "the recorded hermes replies hold no untagged call"
     for case in untagged:
         assert case["lenient"]["repaired"]
