@@ -179,6 +179,10 @@ def test_text_match(reply, answer, aliases, exact, strict, lenient):
     ("không biết", True, True, True),
     ("khong biet", False, False, True),                 # no diacritics: lenient only
     ("The answer is 42.", False, False, False),
+    # a tool's error passed on as the answer is no abstention, whatever words it holds
+    ('{"error": "unknown tool \'count_employees\'; offered: add, multiply"}', False, False,
+     False),
+    ('```json\n[{"error": "no information"}]\n```', False, False, False),
 ])
 def test_abstain_match(reply, exact, strict, lenient):
     m = match_answer(reply, gold("không biết", "abstain", ("I don't know",), "vi"))

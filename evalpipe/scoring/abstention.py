@@ -25,6 +25,7 @@ answer ("not sure", "không chắc") abstains only when no answer is stated at a
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -138,6 +139,10 @@ def _answer(clause: str, key: str, echoes: frozenset) -> bool:
 def abstention(reply: str, echoes: frozenset = frozenset()) -> Abstention:
     """Whether the reply abstains, by the clause rules of this module; `echoes` are the
     numbers the question states (restating them answers nothing)."""
+    if _machine_output(reply):
+        # A JSON object or list (a tool's error or result passed on as the answer) says
+        # nothing of what the sources hold: '{"error": "unknown tool ..."}' is no "unknown".
+        return Abstention(False, None, "machine_output")
     last_lack = None
     roles: list[tuple[str, str]] = []
     for index, piece in enumerate(_SPLIT.split(reply or "")):
@@ -168,6 +173,18 @@ def abstention(reply: str, echoes: frozenset = frozenset()) -> Abstention:
     if after:
         return Abstention(False, after[0].strip(), "answer_after_lack")
     return Abstention(True, roles[last_lack][1].strip(), "lack")
+
+
+def _machine_output(reply: str | None) -> bool:
+    """Whether the whole reply is one JSON object or list (fenced or not)."""
+    text = (reply or "").strip().removeprefix("```json").removeprefix("```").removesuffix("```")
+    text = text.strip()
+    if not text.startswith(("{", "[")):
+        return False
+    try:
+        return isinstance(json.loads(text), dict | list)
+    except (ValueError, RecursionError):
+        return False
 
 
 def _lack_beyond_hedge(key: str) -> bool:
