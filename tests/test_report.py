@@ -253,6 +253,8 @@ def test_score_table_reads_nested_rates(run_dir):
     scores = json.loads((run_dir / "scores.json").read_text())
     table = score_table(scores)
     assert "66.7% (4/6)" in table and "100.0% (3/3)" in table and "0.500 (n=2)" in table
+    header = table.splitlines()[0]
+    assert "| plan match | calls/q |" in header
 
 
 def test_report_without_scores_json_scores_in_memory(tmp_path):

@@ -108,6 +108,9 @@ def test_aggregate_rows_and_rates():
                                                                              wilson(3, 4)))}
     assert plan["rates"]["call_valid"]["rate"] == 0.75 and plan["rates"]["call_valid"]["n"] == 4
     assert plan["rates"]["plan_exact"]["rate"] == 0.5
+    # one attempt in each of the four counted samples (a parse error is an attempt)
+    assert plan["rates"]["calls_per_question"]["rate"] == 1.0
+    assert plan["rates"]["calls_per_question"]["n"] == 4
     assert plan["categories"] == {"correct": 2, "infra_error": 1, "malformed_call": 1,
                                   "wrong_plan": 1}
     assert plan["subtypes"] == {"wrong_arguments": 1}
@@ -118,6 +121,7 @@ def test_aggregate_rows_and_rates():
     assert rag["rates"]["hit@k"]["rate"] == 1.0 and rag["rates"]["hit@k"]["n"] == 2
     assert rag["rates"]["mrr"]["rate"] == pytest.approx(0.75)
     assert rag["rates"]["format_valid"]["n"] == 0
+    assert rag["rates"]["calls_per_question"]["n"] == 0  # no tools offered: not 0 calls
     assert rag["categories"] == {"correct": 1, "misread_context": 1}
 
     assert everything["n"] == 7 and everything["rates"]["exact"]["n"] == 6

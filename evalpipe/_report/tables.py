@@ -24,16 +24,19 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def score_table(scores: dict[str, Any]) -> str:
-    """Markdown: per cell, exact match, format validity, recall@k, category counts."""
+    """Markdown: per cell, exact match, format validity, plan match, tool calls per
+    question, recall@k, category counts."""
     k = scores.get("k", 3)
     overall = [g for g in scores["groups"] if g["suite"] == "all"]
     categories = [c for c in CATEGORY_ORDER if any(g["categories"].get(c) for g in overall)]
-    header = ["cell", "n", "exact match", "format valid", f"recall@{k}", *categories]
+    header = ["cell", "n", "exact match", "format valid", "plan match", "calls/q",
+              f"recall@{k}", *categories]
     rows = []
     for g in overall:
         r = g.get("rates") if isinstance(g.get("rates"), dict) else g  # nested or flat groups
         rows.append([g["cell_id"], g["n"], fmt_rate(r.get("exact")),
-                     fmt_rate(r.get("format_valid")),
+                     fmt_rate(r.get("format_valid")), fmt_rate(r.get("plan_exact")),
+                     _fmt_calls(r.get("calls_per_question")),
                      fmt_mean(r.get("recall@k") or r.get(f"recall@{k}") or r.get("recall")),
                      *[g["categories"].get(c, 0) for c in categories]])
     return (markdown_table(header, rows) + bfcl_table(scores) + verdicts_text(scores)
@@ -99,6 +102,13 @@ def unscored_text(unscored: list[dict[str, Any]]) -> str:
         lines.append(f"- ... and {len(unscored) - MAX_UNSCORED_LISTED} more (scores.json, "
                      '"unscored")')
     return "\n".join(lines) + "\n"
+
+
+def _fmt_calls(metric: dict[str, Any] | None) -> str:
+    """'1.8' mean calls per question, '-' where no tools were offered."""
+    if not metric or not metric.get("n") or metric.get("rate") is None:
+        return "-"
+    return f"{metric['rate']:.1f}"
 
 
 def fmt_mean(metric: dict[str, Any] | None) -> str:

@@ -21,7 +21,8 @@ ALL = "all"
 # "match" every control question); those samples count in no_unneeded_call instead.
 PROPORTIONS = ("exact", "exact_strict", "exact_lenient", "format_valid", "format_valid_strict",
                "plan_exact", "no_unneeded_call")
-RATE_NAMES = PROPORTIONS + ("call_valid", "recall@k", "hit@k", "mrr", "ndcg")
+RATE_NAMES = PROPORTIONS + ("call_valid", "calls_per_question", "recall@k", "hit@k", "mrr",
+                           "ndcg")
 COST_FIELDS = ("prompt_tokens", "prefix_tokens", "completion_tokens", "turns",
                "prefill_compute_ms", "ttft_ms", "wall_ms", "prefill_ms", "decode_ms",
                "cached_turns")
@@ -49,6 +50,8 @@ class _Columns:
                      for name in PROPORTIONS}
         self.attempted = np.fromiter((r.get("calls_attempted") or 0 for r in rows), np.int64, n)
         self.valid = np.fromiter((r.get("calls_valid") or 0 for r in rows), np.int64, n)
+        self.offers_tools = np.fromiter((r.get("toolset") not in (None, "none") for r in rows),
+                                        bool, n)
         nan = float("nan")
         retrievals = [r.get("retrieval") for r in rows]
         self.retrieval = {m: np.fromiter((x[m] if x is not None else nan for x in retrievals),
@@ -82,6 +85,10 @@ def _group_row(keys: Sequence[str], key: tuple, idx: np.ndarray, cols: _Columns,
         applicable = values >= 0
         rates[name] = rate(int((values == 1).sum()), int(applicable.sum()))
     rates["call_valid"] = rate(int(cols.valid[counted].sum()), int(cols.attempted[counted].sum()))
+    # tool-call attempts per sample, over the samples of cells that offer tools
+    offered = counted[cols.offers_tools[counted]]
+    rates["calls_per_question"] = mean_interval(cols.attempted[offered].astype(float),
+                                                mean_method, seed)
     recall = cols.retrieval["recall"][counted]
     has = ~np.isnan(recall)
     ks = {cols.k[i] for i in counted[has]}
@@ -123,7 +130,8 @@ def aggregate(scored: Iterable[ScoredSample], by: Sequence[str] = ("cell_id", "s
     name -> {"rate", "n", "lo", "hi"} for exact, exact_strict, exact_lenient,
     format_valid, format_valid_strict, plan_exact (samples with a non-empty plan),
     no_unneeded_call (samples with an empty plan) (Wilson 95%, over the samples
-    where the field is not None), call_valid (Wilson over calls), hit@k (Wilson),
+    where the field is not None), call_valid (Wilson over calls), calls_per_question
+    (mean call attempts per sample where tools are offered), hit@k (Wilson),
     recall@k, mrr, ndcg (means with a t interval, or a seeded bootstrap with
     mean_interval_method="bootstrap"); categories, subtypes and flags: name ->
     count; cost: name -> {mean, p50, p95, n} and token totals; repeats: pass@k,
