@@ -88,11 +88,11 @@ def run_engine(runtime, questions) -> tuple[float, dict[str, str], float, int]:
     inside = 0.0
 
     def timed(method):
-        def call(*args):
+        def call(*args, **kwargs):
             nonlocal inside
             t = time.perf_counter()
             try:
-                return method(*args)
+                return method(*args, **kwargs)
             finally:
                 inside += time.perf_counter() - t
         return call
