@@ -221,6 +221,9 @@ def main(argv=None) -> int:
                 seconds, got, _, tokens = run_engine(runtime, questions)
             rows[side].append((seconds, tokens, before, load_now()))
             answers.setdefault(side, got)
+            # each run as it ends, so a run cut short by a time limit still leaves figures
+            print(f"{side}: {tokens} tokens in {seconds:.1f} s = {tokens / seconds:.1f} "
+                  f"tokens/s (load {before:.1f} -> {load_now():.1f})", flush=True)
 
     n = len(questions)
     print(f"model {args.model}, {n} questions (hermes, calculator, up to {MAX_TURNS} turns, "
