@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     batcher = backend.batcher
     packed = batcher.packed
     if packed is None:
-        print("the linears could not be packed here (no kernel for them, or too little memory)")
+        print(f"the linears could not be packed here: {batcher.unpacked_why}")
         return 1
     w = build(args.workload, args.n, args.max_new_tokens)
     run_engine(backend, build("W1", 2, 4))  # first-call costs paid before either side

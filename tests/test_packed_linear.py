@@ -91,6 +91,17 @@ def test_nothing_is_packed_beyond_the_memory_budget():
     before = model.model.layers[0].mlp.up_proj.forward
     assert PackedLinears.install(model, budget_bytes=1024) is None
     assert model.model.layers[0].mlp.up_proj.forward == before
+    assert "over the 0.0 GiB allowed" in packed_linear.why_not(model, budget_bytes=1024)
+    assert packed_linear.why_not(model, budget_bytes=1 << 30) is None
+
+
+def test_the_log_says_why_a_model_keeps_its_stock_linears():
+    from evalpipe.backends.transformers_backend import engine_line
+
+    line = engine_line("m", {"path": "batching loop", "why": "full caches", "linear": "stock",
+                             "linear_why": "their packed copies would take 6.6 GiB"})
+    assert line.endswith("; linears stock, no fused layers (their packed copies would take "
+                         "6.6 GiB)")
 
 
 def test_engine_forward_runs_on_packed_layers_and_equals_generate(monkeypatch):

@@ -70,6 +70,8 @@ def engine_line(model_id: str, engine: dict[str, Any]) -> str:
         line += f"; fused layers {engine['fused_layers']}" + "".join(
             f" ({n}: {why})" for why, n in engine["unfused"].items())
         line += f"; linears {engine['linear']}"
+    elif "linear_why" in engine:
+        line += f"; linears stock, no fused layers ({engine['linear_why']})"
     kernels = engine.get("kernels", {})
     built = {k["march"] + ", " + k["compiler"] for k in kernels.values() if k["built"]}
     if kernels:
@@ -171,6 +173,8 @@ class TransformersBackend(Backend):
             layers = packed.fused + sum(packed.unfused.values())
             facts.update(linear=packed.kernel, fused_layers=f"{packed.fused} of {layers}",
                          unfused=packed.unfused)
+        else:  # stock linears, so no fused layers either
+            facts.update(linear="stock", linear_why=self.batcher.unpacked_why)
         if self.device == "cpu":
             facts["kernels"] = native.states()
         return facts

@@ -375,8 +375,13 @@ class BatchGenerator:
         self.shared_attention = supported(model) and prefix_attention.install(model)
         # Every forward multiplies few rows by all the weights: on the CPU, pack them once
         # (a copy, in at most a quarter of the free memory) instead of on every call.
-        self.packed = packed_linear.PackedLinears.install(
-            model, int(available_memory(self.device) * 0.25)) if self.device.type == "cpu" else None
+        self.packed, self.unpacked_why = None, "not on the CPU"
+        if self.device.type == "cpu":
+            budget = int(available_memory(self.device) * 0.25)
+            self.packed = packed_linear.PackedLinears.install(model, budget)
+            self.unpacked_why = None if self.packed is not None else (
+                packed_linear.why_not(model, budget)
+                or "the packed product disagreed with the stock layer on a probe")
         # `attended`: key columns the computed tokens attended to, summed (each token sees
         # every position up to its own): the context-dependent part of the compute.
         self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_steps": 0,

@@ -167,6 +167,27 @@ def _panel_product(x: torch.Tensor, packed: Panels, function: str) -> torch.Tens
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
+def _packable(model) -> list[torch.nn.Linear]:
+    return [m for m in model.modules() if type(m) is torch.nn.Linear
+            and m.weight.device.type == "cpu" and m.weight.dtype in (torch.float32, torch.bfloat16)]
+
+
+def why_not(model, budget_bytes: int) -> str | None:
+    """Why `PackedLinears.install` leaves `model`'s linears as they are, before it tries
+    the kernel (None: it will try); the run's log and manifest say it."""
+    linears = _packable(model)
+    if not linears:
+        return "no float32 or bfloat16 linear layers on the CPU"
+    size = sum(m.weight.numel() * m.weight.element_size() for m in linears)
+    if size > budget_bytes:
+        return (f"their packed copies would take {size / 2**30:.1f} GiB, over the "
+                f"{budget_bytes / 2**30:.1f} GiB allowed (a quarter of the free memory)")
+    missing = sorted({str(m.weight.dtype) for m in linears if not available(m.weight.dtype)})
+    if missing:
+        return f"no packing kernel for {', '.join(missing)} on this CPU"
+    return None
+
+
 class PackedLinears:
     """The model's CPU linear layers, each also holding a packed copy of its weight."""
 
@@ -183,13 +204,10 @@ class PackedLinears:
         """Pack every plain float32/bfloat16 `nn.Linear` of `model` on the CPU; None (and
         nothing changed) where no kernel takes their dtype, its result disagrees with the
         stock layer, or the copies would take more than `budget_bytes`."""
-        linears = [m for m in model.modules() if type(m) is torch.nn.Linear
-                   and m.weight.device.type == "cpu"
-                   and m.weight.dtype in (torch.float32, torch.bfloat16)]
-        size = sum(m.weight.numel() * m.weight.element_size() for m in linears)
-        if not linears or size > budget_bytes or not all(available(m.weight.dtype)
-                                                                 for m in linears):
+        if why_not(model, budget_bytes) is not None:
             return None
+        linears = _packable(model)
+        size = sum(m.weight.numel() * m.weight.element_size() for m in linears)
         self = cls()
         with torch.inference_mode():
             try:
