@@ -190,7 +190,7 @@ class JudgeSection(Section):
     use: Literal["undecided", "all"] = "undecided"  # where the rules abstain, or everywhere
     max_new_tokens: int = Field(64, ge=1)
     agreement: bool = False  # also measure it on `labels`, into the run's judge.json
-    labels: str | None = None  # a labelled set; default tests/data/grading_labels.jsonl
+    labels: str | None = None  # a labelled set; default scoring/labels/grading_labels.jsonl
 
 
 class QuestionSourceSection(Section):

@@ -11,9 +11,10 @@ replies, the verdict and the reason in the run's judgements.jsonl, which `evalpi
 score` reads without loading the judge; the judge's replies also go through the
 generation cache, so judging a run again costs nothing.
 
-`judge_agreement` runs the judge over a labelled set (tests/data/grading_labels.jsonl by
-default) and returns Cohen's kappa and raw agreement (scikit-learn) for the judge and,
-beside it, for the rules on the items the rules decide.
+`judge_agreement` runs the judge over a labelled set
+(evalpipe/scoring/labels/grading_labels.jsonl by default) and returns Cohen's kappa
+and raw agreement (scikit-learn) for the judge and, beside it, for the rules on the
+items the rules decide.
 """
 
 from __future__ import annotations

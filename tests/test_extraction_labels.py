@@ -131,7 +131,7 @@ def test_final_answer_line_is_a_config_key(tmp_path):
     assert load_config(base).final_answer_line is True
 
 
-# --- the grading classes (tests/data/grading_labels.jsonl, tests/data/grading_labels.md) ------
+# --- the grading classes (evalpipe/scoring/labels/grading_labels.jsonl and .md) ---------
 
 ISSUE_CLASSES = ("self_correction", "magnitude", "number_words", "range", "cue_trap",
                  "name_inside", "rejected_gold", "date_time", "abstain_worded", "hedge_answer")

@@ -45,7 +45,7 @@ def _settings(judge_file: str | None, model: str | None, run_dir: str | None) ->
               help="Measure the judge on a labelled set: Cohen's kappa and raw agreement, "
                    "with the rules' beside it (written to RUN_DIR/judge.json with a run).")
 @click.option("--labels", type=click.Path(exists=True, dir_okay=False),
-              help="The labelled set (default tests/data/grading_labels.jsonl).")
+              help="The labelled set (default evalpipe/scoring/labels/grading_labels.jsonl).")
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N labelled replies.")
 @handle_errors
 def judge(run_dir, judge_file, model, use, agreement, labels, limit):

@@ -1,7 +1,7 @@
 """How often the answer rules agree with a careful human grader.
 
-Two labelled sets: tests/data/extraction_labels.jsonl (the extraction variants, one
-row per variant) and tests/data/grading_labels.jsonl (replies of the embedded models
+Two labelled sets: evalpipe/scoring/labels/extraction_labels.jsonl (the extraction variants, one
+row per variant) and evalpipe/scoring/labels/grading_labels.jsonl (replies of the embedded models
 and written ones, each with its class, split and whether it abstains: one row per
 class, counting agreement on the replies the rules decide; they may abstain). Each
 reply is labelled right or wrong by "would a careful grader accept this as the
@@ -21,7 +21,7 @@ from evalpipe import jsonl
 from evalpipe.errors import InputError
 from evalpipe.scoring.answer import VARIANTS, make_gold, match_answer
 
-LABELS = Path(__file__).resolve().parents[2] / "tests" / "data" / "extraction_labels.jsonl"
+LABELS = Path(__file__).resolve().parent / "labels" / "extraction_labels.jsonl"
 GRADING = LABELS.with_name("grading_labels.jsonl")
 
 

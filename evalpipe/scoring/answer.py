@@ -69,7 +69,7 @@ VARIANTS = {
     "rules": Variant(final_line=False, rules=True),
     "line+rules": Variant(final_line=True, rules=True),
 }
-DEFAULT_VARIANT = "line+rules"  # highest agreement with tests/data/extraction_labels.jsonl
+DEFAULT_VARIANT = "line+rules"  # highest agreement with labels/extraction_labels.jsonl
 
 
 @dataclass(frozen=True, slots=True)
