@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
+from typing import Any
 
 
 def request_key(messages, tools) -> str:
@@ -20,6 +22,6 @@ def request_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def sample_key(record) -> tuple[str, str, int]:
+def sample_key(record: Mapping[str, Any]) -> tuple[str, str, int]:
     """A sample's identity in its run: cell, question and repeat (0 in runs without)."""
     return record["cell_id"], record["question_id"], int(record.get("repeat") or 0)

@@ -30,6 +30,7 @@ from evalpipe.backends import load_backend
 from evalpipe.backends.base import Backend, GenerationSettings
 from evalpipe.cache import GenerationCache
 from evalpipe.errors import InputError
+from evalpipe.identity import sample_key
 from evalpipe.questions import Question
 from evalpipe.scoring.answer import make_gold, match_answer
 from evalpipe.scoring.judging import (
@@ -39,7 +40,6 @@ from evalpipe.scoring.judging import (
     combine,
     judge_messages,
     parse_verdict,
-    sample_key,
 )
 from evalpipe.scoring.score import gold_for
 from evalpipe.store import RunStore

@@ -12,8 +12,6 @@ and the disagreement is recorded (`consistent: false`).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
 RUBRIC_VERSION = "1"
 USES = ("undecided", "all")  # where the rules abstain (default), or every free-form answer
@@ -91,11 +89,6 @@ def parse_verdict(raw: str) -> tuple[bool | None, str]:
 def combine(verdicts: list[bool | None]) -> bool | None:
     """The verdict of both readings when they agree, else None (inconsistent)."""
     return verdicts[0] if verdicts and all(v == verdicts[0] for v in verdicts) else None
-
-
-def sample_key(sample: Mapping[str, Any]) -> tuple[str, str, int]:
-    return (str(sample.get("cell_id")), str(sample.get("question_id")),
-            int(sample.get("repeat") or 0))
 
 
 def applies(decided: bool, answer_type: str, use: str) -> bool:

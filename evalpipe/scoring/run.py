@@ -6,11 +6,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from evalpipe.errors import InputError
+from evalpipe.identity import sample_key
 from evalpipe.questions import Question
 from evalpipe.records import SCHEMA_VERSION, SampleRecord, ScoredSample
 from evalpipe.scoring.aggregate import aggregate
 from evalpipe.scoring.categories import SCORER_ERROR
-from evalpipe.scoring.judging import sample_key
 from evalpipe.scoring.plan import RULE_SETS
 from evalpipe.scoring.score import SCORER_VERSION, score_sample
 
