@@ -14,15 +14,21 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
 import timeit
 from collections import Counter
+from pathlib import Path
 
 from machine import load_note  # bench/machine.py: CPU, flags, load
 
+# tests/synth.py builds sample records without a model
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from synth import call, chunk, make_sample
+
 from evalpipe.questions import Question
 from evalpipe.scoring import aggregate, score_sample
-from evalpipe.scoring.synth import call, chunk, make_sample
 
 
 def _questions() -> list[Question]:

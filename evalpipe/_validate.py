@@ -243,7 +243,7 @@ def _unit_after_answer(text: str, q: Question) -> str | None:
     w = _UNIT.match(text, m.end())
     if not w:
         return ""
-    from evalpipe.scoring.normalize import text_key
+    from evalpipe.scoring.answers.normalize import text_key
     return w.group(1) if w.group(1) == "%" else text_key(w.group(1))
 
 
@@ -257,7 +257,7 @@ def gold_warnings(path: str | Path | QuestionSource, corpus_root: str = "dataset
     words. Retrieving such a chunk would be scored a miss, so the gold is likely
     incomplete. One warning per chunk: "file:line: gold_passages: ... doc:start-end"."""
     from evalpipe.corpus import chunk_corpus, load_corpus
-    from evalpipe.scoring.normalize import text_key
+    from evalpipe.scoring.answers.normalize import text_key
     from evalpipe.scoring.retrieval_metrics import covers
 
     try:

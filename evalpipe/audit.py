@@ -31,7 +31,7 @@ from evalpipe.errors import InputError
 from evalpipe.formats import get_format
 from evalpipe.prompts import block_texts, turn_prompt
 from evalpipe.records import SampleRecord
-from evalpipe.scoring.answer import match_answer
+from evalpipe.scoring.answers.match import match_answer
 from evalpipe.scoring.score import gold_for
 from evalpipe.scoring.stats import rate
 from evalpipe.store import RunStore

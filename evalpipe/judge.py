@@ -32,7 +32,7 @@ from evalpipe.cache import GenerationCache
 from evalpipe.errors import InputError
 from evalpipe.identity import sample_key
 from evalpipe.questions import Question
-from evalpipe.scoring.answer import make_gold, match_answer
+from evalpipe.scoring.answers.match import make_gold, match_answer
 from evalpipe.scoring.judging import (
     RUBRIC_VERSION,
     USES,

@@ -17,8 +17,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from synth import call, chunk, make_sample
+
 from evalpipe.questions import Question
-from evalpipe.scoring.synth import call, chunk, make_sample
 
 MODEL = "tiny-135m"
 BASE = f"{MODEL}/-/none/no-rag"

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from report_fixtures import BASE, MODEL, TOOLS, make_run_a, samples_a, settings_of, write_run
+from synth import call, make_sample
 
 from evalpipe._report.compare import (
     CompareRefused,
@@ -23,7 +24,6 @@ from evalpipe._report.compare import (
 from evalpipe._report.load import load_run
 from evalpipe.cli import main
 from evalpipe.questions import Question
-from evalpipe.scoring.synth import call, make_sample
 
 # -- statistics ------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ import pytest
 
 from evalpipe.answer_line import final_answer_line, instruction
 from evalpipe.scoring.agreement import agreement_table, disagreements, load_labels
-from evalpipe.scoring.answer import DEFAULT_VARIANT, VARIANTS, make_gold, match_answer
+from evalpipe.scoring.answers.match import DEFAULT_VARIANT, VARIANTS, make_gold, match_answer
 
 ROWS = load_labels()
 

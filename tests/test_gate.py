@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 from report_fixtures import write_run
+from synth import make_sample
 
 from evalpipe._report.compare import MIN_PAIRS, compare_runs
 from evalpipe._report.load import load_run
 from evalpipe.cli import main
 from evalpipe.questions import Question
-from evalpipe.scoring.synth import make_sample
 
 CELL = "m/hermes/none/no-rag"
 

@@ -8,6 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 from helpers import ScriptedBackend
+from synth import make_sample
 
 from evalpipe.cli import main
 from evalpipe.config import parse_config
@@ -16,7 +17,6 @@ from evalpipe.questions import Question
 from evalpipe.runner import score_run
 from evalpipe.scoring.agreement import load_labels
 from evalpipe.scoring.judging import combine, judge_messages, parse_verdict
-from evalpipe.scoring.synth import make_sample
 from evalpipe.store import RunStore
 
 Q = Question(id="q1", suite="arithmetic", question="What is (12 + 30) * 7?", answer=294,

@@ -290,8 +290,7 @@ def test_cli_report_bad_run_dir(tmp_path):
 
 def test_infra_errors_are_left_out_and_noted(tmp_path):
     from report_fixtures import Q
-
-    from evalpipe.scoring.synth import make_sample
+    from synth import make_sample
 
     samples = samples_a()
     samples[3] = make_sample(Q["a4"], stop_reason="infra_error", cell_id=BASE, model=MODEL,

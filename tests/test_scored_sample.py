@@ -9,12 +9,12 @@ import typing
 from typing import Any, NotRequired, Union, get_args, get_origin, get_type_hints
 
 import pytest
+from synth import make_sample
 from test_scoring_categories import CALC, CASES, RIGHT_CALLS
 
 from evalpipe.records import ScoredSample
 from evalpipe.scoring import CATEGORIES, score_sample
 from evalpipe.scoring.run import unscored
-from evalpipe.scoring.synth import make_sample
 
 HINTS = get_type_hints(ScoredSample)  # NotRequired stripped
 WITH_EXTRAS = get_type_hints(ScoredSample, include_extras=True)

@@ -6,10 +6,10 @@ import math
 
 import pytest
 from scipy import stats as sps
+from synth import call, chunk, make_sample
 
 from evalpipe.questions import Question
 from evalpipe.scoring import aggregate, mean_interval, score_sample, wilson
-from evalpipe.scoring.synth import call, chunk, make_sample
 
 
 @pytest.mark.parametrize("k, n, lo, hi", [

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evalpipe.scoring.answer import make_gold, match_answer
-from evalpipe.scoring.extract import detect_language, extract_numbers, last_number
-from evalpipe.scoring.normalize import loose_key, text_key
+from evalpipe.scoring.answers.extract import detect_language, extract_numbers, last_number
+from evalpipe.scoring.answers.match import make_gold, match_answer
+from evalpipe.scoring.answers.normalize import loose_key, text_key
 
 
 def values(text: str, lang: str = "en") -> list:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from synth import call
 
 from evalpipe.errors import InputError
 from evalpipe.plans import check_value, execute_gold_plan, resolve
 from evalpipe.questions import load_questions
 from evalpipe.scoring.plan import argument_matches, arguments_match, executed_calls, match_plan
-from evalpipe.scoring.synth import call
 from evalpipe.tools import build_toolset
 
 

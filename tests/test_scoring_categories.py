@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from synth import call, chunk, make_sample
 
 from evalpipe.questions import Question
 from evalpipe.records import Sample
 from evalpipe.scoring import CATEGORIES, FLAGS, SCORER_VERSION, score_sample
-from evalpipe.scoring.synth import call, chunk, make_sample
 
 PLAN = [
     {"id": "s1", "name": "add", "arguments": {"a": 12, "b": 30}},

@@ -8,12 +8,12 @@ import json
 import math
 
 import pytest
+from synth import call, make_sample
 
 from evalpipe.questions import Question
 from evalpipe.records import ToolCall
 from evalpipe.scoring.aggregate import aggregate
 from evalpipe.scoring.run import score_records
-from evalpipe.scoring.synth import call, make_sample
 from evalpipe.tools import build_toolset
 from evalpipe.tools.registry import Tool, result_text
 

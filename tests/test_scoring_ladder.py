@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from synth import call, chunk, make_sample
 
 from evalpipe.questions import Question
 from evalpipe.scoring import CATEGORIES, score_sample
-from evalpipe.scoring.synth import call, chunk, make_sample
 
 SEQ = [{"id": "s1", "name": "add", "arguments": {"a": 12, "b": 30}},
        {"id": "s2", "name": "multiply", "arguments": {"a": "$s1", "b": 7}}]

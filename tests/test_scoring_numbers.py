@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from evalpipe.scoring.answer import make_gold, match_answer
-from evalpipe.scoring.extract import extract_numbers
+from evalpipe.scoring.answers.extract import extract_numbers
+from evalpipe.scoring.answers.match import make_gold, match_answer
 
 BIG = "9" * 5000
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from synth import call
 
 from evalpipe.scoring.plan import executed_calls, match_plan
-from evalpipe.scoring.synth import call
 
 # (12 + 30) * 7 = 294
 PLAN = [

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from synth import call, make_sample
+
 from evalpipe._report.show import calls_made, calls_table
 from evalpipe.measure import Validity, render_table
 from evalpipe.questions import Question
 from evalpipe.scoring import score_sample
-from evalpipe.scoring.synth import call, make_sample
 
 ONE = Question(id="seed-1", suite="seed", question="1234 nhân 5678 bằng bao nhiêu?",
                answer=7006652, answer_type="number", lang="vi",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evalpipe.retrieval.tokenize import tokenize
-from evalpipe.scoring.normalize import loose_key, text_key
+from evalpipe.scoring.answers.normalize import loose_key, text_key
 from evalpipe.vietnamese import canonical_tones, normalize_tone, strip_diacritics
 
 

@@ -9,10 +9,10 @@ docs/scoring.md defines every field, category and flag.
 """
 
 from evalpipe.scoring.aggregate import RATE_NAMES, aggregate
-from evalpipe.scoring.answer import AnswerMatch, Gold, make_gold, match_answer
+from evalpipe.scoring.answers import AnswerMatch, Gold, make_gold, match_answer
+from evalpipe.scoring.answers.extract import detect_language, extract_numbers, last_number
+from evalpipe.scoring.answers.normalize import loose_key, text_key
 from evalpipe.scoring.categories import CATEGORIES, FLAGS
-from evalpipe.scoring.extract import detect_language, extract_numbers, last_number
-from evalpipe.scoring.normalize import loose_key, text_key
 from evalpipe.scoring.plan import PlanResult, executed_calls, match_plan
 from evalpipe.scoring.score import SCORER_VERSION, score_sample
 from evalpipe.scoring.stats import mean_interval, wilson

@@ -19,7 +19,7 @@ from typing import Any
 
 from evalpipe import jsonl
 from evalpipe.errors import InputError
-from evalpipe.scoring.answer import VARIANTS, make_gold, match_answer
+from evalpipe.scoring.answers.match import VARIANTS, make_gold, match_answer
 
 LABELS = Path(__file__).resolve().parent / "labels" / "extraction_labels.jsonl"
 GRADING = LABELS.with_name("grading_labels.jsonl")
@@ -92,7 +92,7 @@ def abstention_methods(rows: list[dict[str, Any]], folds: int = 5) -> dict[str, 
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
     from sklearn.pipeline import make_pipeline, make_union
 
-    from evalpipe.scoring.abstention import abstention
+    from evalpipe.scoring.answers.abstention import abstention
 
     truth = [bool(r["abstained"]) for r in rows]
     rules = [abstention(r["reply"]).abstained for r in rows]

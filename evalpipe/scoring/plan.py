@@ -61,8 +61,8 @@ from evalpipe.plans import (
     resolve_value,
 )
 from evalpipe.records import ToolEventRecord, TurnRecord
+from evalpipe.scoring.answers.normalize import text_key
 from evalpipe.scoring.bfcl_rules import bfcl_rules
-from evalpipe.scoring.normalize import text_key
 
 REASONS = ("wrong_tool", "wrong_arguments", "missing_step", "extra_step", "order_violation")
 COMMUTATIVE = frozenset({"add", "multiply"})

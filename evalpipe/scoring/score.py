@@ -13,10 +13,10 @@ from typing import Any
 
 from evalpipe.questions import Question
 from evalpipe.records import SCHEMA_VERSION, SampleRecord, ScoredSample, ScoredWhy, TurnRecord
-from evalpipe.scoring.answer import AnswerMatch, Gold, make_gold, match_answer
+from evalpipe.scoring.answers.extract import detect_language
+from evalpipe.scoring.answers.match import AnswerMatch, Gold, make_gold, match_answer
 from evalpipe.scoring.categories import Facts, decide
 from evalpipe.scoring.cost import sample_cost
-from evalpipe.scoring.extract import detect_language
 from evalpipe.scoring.plan import Executed, PlanResult, executed_calls, match_plan, tool_failed
 from evalpipe.scoring.retrieval_metrics import covers, retrieval_scores
 

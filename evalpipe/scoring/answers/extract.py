@@ -31,8 +31,8 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 
-from evalpipe.scoring.magnitude import scale_after, scaled_value, spelled_numbers
-from evalpipe.scoring.normalize import strip_diacritics, text_key
+from evalpipe.scoring.answers.magnitude import scale_after, scaled_value, spelled_numbers
+from evalpipe.scoring.answers.normalize import strip_diacritics, text_key
 
 _SPACES = "\u0020\u00a0\u2009\u202f"
 _NUMBER_RUN = re.compile(r"\d+(?:[.," + _SPACES + r"]\d+)*")

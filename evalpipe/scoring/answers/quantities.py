@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from evalpipe.scoring.extract import extract_numbers
+from evalpipe.scoring.answers.extract import extract_numbers
 
 MONTHS = {name: i + 1 for i, names in enumerate([
     ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",),

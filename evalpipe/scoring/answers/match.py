@@ -38,17 +38,17 @@ from decimal import Decimal
 from typing import Any
 
 from evalpipe.answer_line import final_answer_line
-from evalpipe.scoring import candidates, quantities
-from evalpipe.scoring.abstention import abstention
-from evalpipe.scoring.extract import (
+from evalpipe.scoring.answers import candidates, quantities
+from evalpipe.scoring.answers.abstention import abstention
+from evalpipe.scoring.answers.extract import (
     Number,
     abstain_phrase,
     abstain_phrase_loose,
     extract_numbers,
 )
-from evalpipe.scoring.magnitude import spelled_as_digits
-from evalpipe.scoring.normalize import contains_phrase, strip_diacritics, text_key
-from evalpipe.scoring.quantities import Amount, Date
+from evalpipe.scoring.answers.magnitude import spelled_as_digits
+from evalpipe.scoring.answers.normalize import contains_phrase, strip_diacritics, text_key
+from evalpipe.scoring.answers.quantities import Amount, Date
 
 REL_TOL = 1e-6
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")

@@ -29,8 +29,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from evalpipe.scoring.extract import abstain_phrase, extract_numbers
-from evalpipe.scoring.normalize import text_key
+from evalpipe.scoring.answers.extract import abstain_phrase, extract_numbers
+from evalpipe.scoring.answers.normalize import text_key
 
 # A clause ends at sentence punctuation, a comma or semicolon, a line break, a dash,
 # or a contrast word.

@@ -23,8 +23,8 @@ import re
 from dataclasses import replace
 from decimal import Decimal
 
-from evalpipe.scoring.extract import Number
-from evalpipe.scoring.normalize import contains_phrase, text_key
+from evalpipe.scoring.answers.extract import Number
+from evalpipe.scoring.answers.normalize import contains_phrase, text_key
 
 # Words after which a number is a restatement, not a second answer.
 _APPROX = re.compile(
