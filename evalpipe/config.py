@@ -44,7 +44,7 @@ from evalpipe.errors import InputError
 from evalpipe.formats import FORMATS
 from evalpipe.questions import BFCL_SOURCE
 from evalpipe.questions import FIELDS as QUESTION_FIELDS
-from evalpipe.retrieval import METHODS, RetrieverSettings
+from evalpipe.retrieval import RETRIEVERS, RetrieverSettings
 from evalpipe.schema import Section, closest, input_error, line_of, one_of
 from evalpipe.store import run_name_problem
 from evalpipe.tools import TOOLSETS, ToolLimits
@@ -165,9 +165,9 @@ class ToolLimitsSection(Section):
     max_result_chars: int = Field(ToolLimits.max_result_chars, ge=1)
 
 
-Format = Annotated[str, one_of(FORMATS, "format")]
-Toolset = Annotated[str, one_of(TOOLSETS, "toolset")]
-Method = Annotated[str, one_of(METHODS, "retrieval method")]
+Format = Annotated[str, FORMATS.check()]
+Toolset = Annotated[str, TOOLSETS.check()]
+RetrievalMethod = Annotated[str, RETRIEVERS.check()]
 # package.module:function, a user's tool (imported when the config is read)
 CustomTool = Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
 
@@ -179,7 +179,7 @@ class GridRule(Section):
     format: Format | list[Format] | None = None
     toolset: Toolset | list[Toolset] | None = None
     retrieval: RetrievalMode | list[RetrievalMode] | None = None  # the mode
-    method: Method | list[Method] | None = None
+    method: RetrievalMethod | list[RetrievalMethod] | None = None
 
 
 class JudgeSection(Section):
@@ -503,7 +503,7 @@ def _name_from(source: str) -> str:
 def _check_custom_tools(spec: ConfigSpec, source: str, text: str | None) -> None:
     """Import each custom tool (trusted code: it runs with evalpipe's permissions) and
     refuse a name that another tool of the run already has."""
-    taken = {name for toolset in spec.toolsets for name in TOOLSETS[toolset]}
+    taken = {tool.name for toolset in spec.toolsets for tool in TOOLSETS[toolset]}
     if any(r.mode == "tool" for r in spec.retrieval):
         taken.add(SEARCH_TOOL)
     for i, entry in enumerate(spec.custom_tools):

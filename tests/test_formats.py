@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from evalpipe.formats import (
     ERROR_KINDS,
     FORMATS,
-    XmlFormat,
     get_format,
     split_reasoning,
 )
 from evalpipe.formats.repair import loads_value, repair_json
+from evalpipe.formats.xml import XmlFormat
 from evalpipe.records import ToolCall
 from evalpipe.tools import build_toolset
 from evalpipe.tools.registry import Tool

@@ -114,7 +114,7 @@ def test_structured_api_arguments_follow_the_same_json_rules(raw, decoded):
 def test_a_bug_in_a_formats_own_parser_becomes_an_error_on_the_reply():
     """`parse` is the base class's, in plain sight: it calls the format's `_parse` and turns
     what that raises into a parser_bug error instead of stopping the run."""
-    from evalpipe.formats import HermesFormat
+    from evalpipe.formats.hermes import HermesFormat
 
     class Broken(HermesFormat):
         def _parse(self, text, *, lenient=True):

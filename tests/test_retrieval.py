@@ -9,7 +9,7 @@ import pytest
 
 from evalpipe.corpus import Chunk, Document, chunk_corpus
 from evalpipe.errors import InputError
-from evalpipe.retrieval import Hit, Retriever, build_retriever, resolve_settings
+from evalpipe.retrieval import Hit, Retriever, RetrieverSettings, build_retriever, resolve_settings
 from evalpipe.retrieval.bm25 import BM25Index, select_top
 from evalpipe.retrieval.hybrid import HybridRetriever, minmax, rrf, weighted
 from evalpipe.retrieval.tokenize import tokenize
@@ -53,6 +53,21 @@ def test_unknown_method_and_variant_are_input_errors() -> None:
     with pytest.raises(InputError) as err:
         resolve_settings({"bm25": {"k1": -1}})
     assert err.value.field == "retrieval.bm25.k1"
+
+
+def test_a_method_not_registered_is_an_error_even_in_settings_made_unchecked() -> None:
+    """Settings can reach build_retriever without being checked (model_copy with an
+    update checks nothing): an unknown method there is an error naming the closest one,
+    never some other retriever (it once ran as a weighted hybrid)."""
+    from evalpipe.config import RetrievalSection
+
+    for made in (RetrieverSettings().model_copy(update={"method": "bm26"}),
+                 RetrievalSection(mode="prepend").model_copy(update={"method": "bm26"})):
+        with pytest.raises(InputError) as err:
+            build_retriever(made, CHUNKS)
+        assert err.value.field == "retrieval.method"
+        assert "unknown retrieval method 'bm26' (did you mean bm25?)" in str(err.value)
+        assert err.value.expected == "bm25 | dense | hybrid | hybrid_weighted"
 
 
 def test_unrelated_settings_keys_are_ignored() -> None:

@@ -28,7 +28,7 @@ def math_tools() -> Toolset:
 def test_toolsets_and_schemas(math_tools):
     assert build_toolset("none").names == []
     assert build_toolset("calculator").names == ["add", "subtract", "multiply", "divide"]
-    assert set(math_tools.names) == set(TOOLSETS["math"])
+    assert set(math_tools.names) == {tool.name for tool in TOOLSETS["math"]}
     for schema in math_tools.schemas():
         assert schema["type"] == "function"
         fn = schema["function"]

@@ -7,13 +7,14 @@ import json
 import click
 
 from evalpipe.cli.common import echo, handle_errors
+from evalpipe.formats import FORMATS
 
 
 @click.command("measure-formats")
 @click.option("--model", default="smollm2-135m", show_default=True,
               help="Model id or alias; several, comma-separated, are measured one after another.")
 @click.option("--formats", default="hermes,json,xml", show_default=True,
-              help="Comma-separated tool-call formats.")
+              help=f"Comma-separated tool-call formats ({', '.join(FORMATS)}).")
 @click.option("--questions", "question_paths", multiple=True, type=click.Path(exists=True),
               help="Question files (repeatable). Default: the sample arithmetic and plan sets.")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=96, show_default=True)

@@ -7,13 +7,14 @@ import json
 import click
 
 from evalpipe.cli.common import DEFAULT_CONFIG, echo, handle_errors
+from evalpipe.retrieval import RETRIEVERS
 
 
 @click.command()
 @click.option("--config", "config_path", default=DEFAULT_CONFIG, show_default=True,
               type=click.Path(dir_okay=False), help="Run config: its questions and corpus.")
 @click.option("--method", "methods", multiple=True,
-              help="Retriever to evaluate (bm25, dense, hybrid, hybrid_weighted); repeatable. "
+              help=f"Retriever to evaluate ({', '.join(RETRIEVERS)}); repeatable. "
                    "Default: the config's retrieval methods.")
 @click.option("--k", type=click.IntRange(min=1), help="Rank cut-off (default: the config's k).")
 @click.option("--questions", "question_paths", multiple=True, type=click.Path(exists=True),

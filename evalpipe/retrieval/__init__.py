@@ -6,13 +6,15 @@
 Settings are `RetrieverSettings` below, the one home of their defaults and ranges
 (docs/retrieval.md says what each does); all are optional, and unknown keys such as
 chunk_size or k are ignored, so a config's whole retrieval section can be passed.
-method: bm25 | dense | hybrid (reciprocal rank fusion) | hybrid_weighted (min-max
-normalised scores, `weight` on the dense side). Ties in every method break by
-score, then chunk id.
+A method is one line of RETRIEVERS: its name and its `Method` (how its retriever is
+built, and which settings it reads): bm25 | dense | hybrid (reciprocal rank fusion)
+| hybrid_weighted (min-max normalised scores, `weight` on the dense side). Ties in
+every method break by score, then chunk id.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, runtime_checkable
 
@@ -20,9 +22,8 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from evalpipe.corpus import Chunk
 from evalpipe.records import RetrievedChunk
+from evalpipe.registry import Registry
 from evalpipe.schema import Section, input_error, one_of
-
-METHODS = ("bm25", "dense", "hybrid", "hybrid_weighted")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,24 @@ class Retriever(Protocol):
     def search(self, query: str, k: int) -> list[Hit]:
         """The k best chunks, best first; ties broken by score then chunk id."""
         ...
+
+
+@dataclass(frozen=True)
+class Method:
+    """A retrieval method: how its retriever is built from checked settings, and the
+    settings it reads (the others do not change it: reports leave them out of its name)."""
+
+    build: Callable[[RetrieverSettings, list[Chunk]], Retriever]
+    uses: tuple[str, ...]
+
+
+SPARSE = ("bm25", "bigrams", "tone_norm", "fold_accents")  # what the BM25 side reads
+
+RETRIEVERS: Registry[Method] = Registry("retrieval method", "retrieval.method")
+RETRIEVERS.add("bm25", "evalpipe.retrieval.bm25:METHOD")
+RETRIEVERS.add("dense", "evalpipe.retrieval.dense:METHOD")
+RETRIEVERS.add("hybrid", "evalpipe.retrieval.hybrid:RRF")
+RETRIEVERS.add("hybrid_weighted", "evalpipe.retrieval.hybrid:WEIGHTED")
 
 
 # Registries of the modules that implement them, read when a value is checked (so that
@@ -70,7 +89,7 @@ class RetrieverSettings(Section):
     """What builds a retriever: the one home of these settings' defaults and ranges
     (the config's retrieval sections add mode, k and a name to them)."""
 
-    method: Annotated[str, one_of(METHODS, "retrieval method")] = "bm25"
+    method: Annotated[str, RETRIEVERS.check()] = "bm25"
     bm25: BM25Settings = BM25Settings()
     bigrams: bool = True
     tone_norm: bool = True
@@ -85,38 +104,30 @@ class _LooseSettings(RetrieverSettings):
     model_config = ConfigDict(extra="ignore")  # a config's whole retrieval section may come
 
 
+def retriever_settings(settings: dict[str, Any] | RetrieverSettings | None
+                       ) -> RetrieverSettings:
+    """Settings as given (a config's retrieval section) or from a mapping, checked, with
+    the defaults filled in."""
+    if isinstance(settings, RetrieverSettings):
+        return settings
+    try:
+        return _LooseSettings.model_validate(settings or {})
+    except ValidationError as exc:
+        raise input_error(exc, _LooseSettings, prefix="retrieval") from None
+
+
 def resolve_settings(settings: dict[str, Any] | RetrieverSettings | None) -> dict[str, Any]:
     """Settings with defaults filled in and checked; the retriever's identity."""
-    if not isinstance(settings, RetrieverSettings):
-        try:
-            settings = _LooseSettings.model_validate(settings or {})
-        except ValidationError as exc:
-            raise input_error(exc, _LooseSettings, prefix="retrieval") from None
-    return settings.model_dump(include=set(RetrieverSettings.model_fields))
+    return retriever_settings(settings).model_dump(include=set(RetrieverSettings.model_fields))
 
 
 def build_retriever(settings: dict[str, Any] | RetrieverSettings | None,
                     chunks: list[Chunk]) -> Retriever:
-    """A retriever over chunks for the given settings (see module docstring)."""
-    s = resolve_settings(settings)
-    method = s["method"]
-    if method == "bm25":
-        from evalpipe.retrieval.bm25 import BM25Retriever
-
-        return BM25Retriever(chunks, **s["bm25"], bigrams=s["bigrams"], tone_norm=s["tone_norm"],
-                             fold_accents=s["fold_accents"])
-    if method == "dense":
-        from evalpipe.retrieval.dense import DenseRetriever
-
-        return DenseRetriever(chunks, model=s["model"])
-    from evalpipe.retrieval.hybrid import HybridRetriever
-
-    sparse = build_retriever({**s, "method": "bm25"}, chunks)
-    dense = build_retriever({**s, "method": "dense"}, chunks)
-    if method == "hybrid":
-        return HybridRetriever(sparse, dense, fusion="rrf", rrf_k=s["rrf_k"], depth=s["depth"])
-    return HybridRetriever(sparse, dense, fusion="weighted", weight=s["weight"], depth=s["depth"])
+    """A retriever over chunks for the given settings: its method's, from RETRIEVERS. A
+    method that is not there is an error, whatever else the settings say."""
+    s = retriever_settings(settings)
+    return RETRIEVERS[s.method].build(s, chunks)
 
 
-__all__ = ["METHODS", "BM25Settings", "Hit", "Retriever", "RetrieverSettings", "build_retriever",
-           "resolve_settings"]
+__all__ = ["RETRIEVERS", "BM25Settings", "Hit", "Method", "Retriever", "RetrieverSettings",
+           "build_retriever", "resolve_settings", "retriever_settings"]

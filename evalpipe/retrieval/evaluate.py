@@ -16,7 +16,7 @@ from typing import Any
 
 from evalpipe.corpus import Chunk
 from evalpipe.questions import Question
-from evalpipe.retrieval import build_retriever, resolve_settings
+from evalpipe.retrieval import RETRIEVERS, build_retriever, resolve_settings
 from evalpipe.scoring.retrieval_metrics import retrieval_scores
 
 METRICS = ("recall", "hit", "mrr", "ndcg")
@@ -30,11 +30,7 @@ def method_label(settings: dict[str, Any]) -> str:
         return str(settings["name"])
     s = resolve_settings(settings)
     parts = [s["method"]]
-    sparse = ("bm25", "bigrams", "tone_norm", "fold_accents")
-    relevant = {"bm25": sparse, "dense": ("model",),
-                "hybrid": (*sparse, "model", "rrf_k", "depth"),
-                "hybrid_weighted": (*sparse, "model", "weight", "depth")}
-    for key in relevant[s["method"]]:
+    for key in RETRIEVERS[s["method"]].uses:
         if key == "bm25":
             parts += [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                       for k, v in s["bm25"].items() if v != _DEFAULTS["bm25"][k]]

@@ -11,7 +11,7 @@ Each side contributes its `depth` best chunks as candidates.
 from __future__ import annotations
 
 from evalpipe.corpus import Chunk
-from evalpipe.retrieval import Hit, Retriever
+from evalpipe.retrieval import RETRIEVERS, SPARSE, Hit, Method, Retriever, RetrieverSettings
 
 
 def rrf(rankings: list[list[Hit]], rrf_k: float = 60.0) -> dict[str, tuple[float, Chunk]]:
@@ -62,3 +62,22 @@ class HybridRetriever:
         s, d = self.sparse.search(query, depth), self.dense.search(query, depth)
         fused = rrf([s, d], self.rrf_k) if self.fusion == "rrf" else weighted(s, d, self.weight)
         return ranked(fused, k)
+
+
+def _sides(settings: RetrieverSettings, chunks: list[Chunk]) -> tuple[Retriever, Retriever]:
+    return (RETRIEVERS["bm25"].build(settings, chunks),
+            RETRIEVERS["dense"].build(settings, chunks))
+
+
+def _rrf(settings: RetrieverSettings, chunks: list[Chunk]) -> HybridRetriever:
+    return HybridRetriever(*_sides(settings, chunks), fusion="rrf", rrf_k=settings.rrf_k,
+                           depth=settings.depth)
+
+
+def _weighted(settings: RetrieverSettings, chunks: list[Chunk]) -> HybridRetriever:
+    return HybridRetriever(*_sides(settings, chunks), fusion="weighted",
+                           weight=settings.weight, depth=settings.depth)
+
+
+RRF = Method(_rrf, uses=(*SPARSE, "model", "rrf_k", "depth"))
+WEIGHTED = Method(_weighted, uses=(*SPARSE, "model", "weight", "depth"))

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from evalpipe.errors import InputError
+from evalpipe.registry import Registry
 from evalpipe.tools.registry import Tool, ToolLimits, Toolset
 
 MAX_FIB_N = 1000
@@ -101,13 +102,14 @@ BUILTIN_TOOLS: dict[str, Tool] = {
     ]
 }
 
-CALCULATOR = ["add", "subtract", "multiply", "divide"]
-TOOLSETS: dict[str, list[str]] = {
-    "none": [],
-    "calculator": CALCULATOR,
-    "math": CALCULATOR + ["power", "sqrt", "fib"],
-    "question": [],  # only the schema-only tools each question lists in its "tools"
-}
+CALCULATOR = [BUILTIN_TOOLS[n] for n in ("add", "subtract", "multiply", "divide")]
+
+# A toolset is one line here: its name and its tools (a list, or where one lives).
+TOOLSETS: Registry[list[Tool]] = Registry("toolset", "toolsets")
+TOOLSETS.add("none", [])
+TOOLSETS.add("calculator", CALCULATOR)
+TOOLSETS.add("math", CALCULATOR + [BUILTIN_TOOLS[n] for n in ("power", "sqrt", "fib")])
+TOOLSETS.add("question", [])  # only the schema-only tools each question lists in its "tools"
 
 _PY_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean"}
 
@@ -172,10 +174,7 @@ def build_toolset(name: str, *, custom: Sequence[str] = (),
                   limits: ToolLimits | None = None) -> Toolset:
     """The tools of a named toolset, plus the user's own functions (search_site is
     added by the runner when a cell's retrieval mode is 'tool')."""
-    if name not in TOOLSETS:
-        raise InputError(f"unknown toolset {name!r}", field="toolsets",
-                         expected=" | ".join(TOOLSETS))
-    tools = {n: BUILTIN_TOOLS[n] for n in TOOLSETS[name]}
+    tools = {tool.name: tool for tool in TOOLSETS[name]}
     for i, spec in enumerate(custom if name != "none" else ()):
         tool = tool_from_callable(spec, field=f"custom_tools[{i}]")
         tools[tool.name] = tool
