@@ -2,7 +2,8 @@
 
 Each POST is answered by `server.respond(path, body)`, which returns what to
 send: a JSON value, raw bytes, a stream of server-sent events, a request held
-open until the server closes, or a body trickled one byte at a time. GET
+open until the server closes, a body trickled one byte at a time, a connection
+closed (or reset) without a reply, or a reply cut part way. GET
 /v1/models lists `server.models`. Every request is recorded, and `held` is set
 while a request is being held open, so a test can act on "the server holds a
 request" without looking at a clock.
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -55,7 +58,24 @@ class Trickle:
     pause_s: float = 0.05
 
 
-Reply = Json | Stream | Hang | Trickle
+@dataclass
+class Drop:
+    """Close the connection without answering; `reset`: with a TCP reset (RST)."""
+
+    reset: bool = False
+
+
+@dataclass
+class Cut:
+    """A 200 reply that stops part way: `raw` is sent, then the connection is closed.
+    A whole reply declares the length it never sends; a streamed one (`events`) is
+    closed without its end."""
+
+    raw: bytes
+    events: bool = False
+
+
+Reply = Json | Stream | Hang | Trickle | Drop | Cut
 
 
 def chat(content: Any = "The answer is 42.", tool_calls: Any = None, *, model: str = "fake",
@@ -185,6 +205,24 @@ def _handler(fake: FakeOpenAI):
                 data = reply.data
                 raw = data if isinstance(data, bytes) else json.dumps(data).encode()
                 self._send(reply.status, raw)
+            elif isinstance(reply, Drop):
+                self.close_connection = True
+                if reply.reset:  # linger 0: close() sends RST instead of FIN
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                               struct.pack("ii", 1, 0))
+                    self.connection.close()
+            elif isinstance(reply, Cut):
+                self.send_response(200)
+                if reply.events:
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Connection", "close")
+                else:
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(2 * len(reply.raw) + 10))
+                self.end_headers()
+                self.wfile.write(reply.raw)
+                self.wfile.flush()
+                self.close_connection = True
             elif isinstance(reply, Hang):
                 fake.held.set()
                 fake.closing.wait()

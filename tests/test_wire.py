@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from fake_openai import FakeOpenAI, Json, Stream, chat, question_of, write_config
+from fake_openai import Cut, Drop, FakeOpenAI, Hang, Json, Stream, chat, question_of, write_config
 
 from evalpipe.backends.openai_reply import MalformedReply, read_body, tool_calls
 from evalpipe.cli.common import terminal_safe
@@ -152,3 +152,107 @@ def test_terminal_safe_keeps_text_and_json():
     assert safe == "Kết quả: 42\ttab\nline \\u001b[31mred\\u202etxt\\u000d\\ud800"
     data = json.dumps({"a": "x\x9by"}, ensure_ascii=False)
     assert json.loads(terminal_safe(data)) == {"a": "x\x9by"}  # JSON stays the same JSON
+
+
+# -- one verdict per fault, streamed or not ------------------------------------------------
+
+def as_events(reply) -> list:
+    """The streamed form of a whole reply: each choice's message as a delta (a fault in it
+    kept as it is), then usage in a chunk of its own; raw bytes sent as one event."""
+    if isinstance(reply, bytes):
+        return [reply.replace(b'"message"', b'"delta"')]
+    if not isinstance(reply, dict) or not isinstance(reply.get("choices"), list):
+        return [reply]
+    events = []
+    for choice in reply["choices"]:
+        if isinstance(choice, dict):
+            choice = {("delta" if k == "message" else k): v for k, v in choice.items()}
+        events.append({k: v for k, v in reply.items() if k not in ("choices", "usage")}
+                      | {"choices": [choice]})
+    if "usage" in reply:
+        events.append({"choices": [], "usage": reply["usage"]})
+    return events
+
+
+WORDS = chat("The answer is 2.")
+EVENTS = as_events(WORDS)
+PART = {"choices": [{"delta": {"content": "The answer"}}]}  # no finish_reason yet
+# name -> (the whole reply, its streamed forms, the verdict both must get: None for a
+# verdict on the answer itself); the streamed forms: server-sent events, and the whole
+# reply sent back to a streamed request (a server that ignores `stream`). The first
+# kinds are test_the_validator's.
+KINDS = {f"hostile-{i}": (Json(reply), [Stream(as_events(reply)), Json(reply)],
+                          "malformed_reply" if why else None)
+         for i, (reply, why) in enumerate(HOSTILE)}
+KINDS |= {
+    "well-formed": (Json(WORDS), [Stream(EVENTS), Json(WORDS)], None),
+    "a number where an object belongs": (Json({"choices": [{"message": 5}]}),
+                                         [Stream([{"choices": [{"delta": 5}]}])],
+                                         "malformed_reply"),
+    "a choice without a message": (Json({"choices": [{"finish_reason": "stop"}]}),
+                                   [Stream([{"choices": [{"finish_reason": "stop"}]}])],
+                                   "malformed_reply"),
+    "not JSON at all": (Json(b"<html>bad gateway</html>"),
+                        [Stream([b"<html>bad gateway</html>"]),
+                         Json(b"<html>bad gateway</html>")], "malformed_reply"),
+    "an error instead of choices": (Json({"error": {"message": "overloaded"}}),
+                                    [Stream([{"error": {"message": "overloaded"}}]),
+                                     Json({"error": {"message": "overloaded"}})],
+                                    "infra_error"),
+    "HTTP 500": (Json({"error": {"message": "boom"}}, status=500),
+                 [Json({"error": {"message": "boom"}}, status=500)], "infra_error"),
+    "HTTP 429": (Json({"error": {"message": "slow down"}}, status=429),
+                 [Json({"error": {"message": "slow down"}}, status=429)], "infra_error"),
+    "connection closed without a reply": (Drop(), [Drop()], "infra_error"),
+    "connection reset": (Drop(reset=True), [Drop(reset=True)], "infra_error"),
+    "cut mid-reply": (Cut(json.dumps(WORDS).encode()[:40]),
+                      [Cut(b"data: " + json.dumps(PART).encode() + b"\n\ndata: {\"cho",
+                           events=True),
+                       Stream([PART], done=False)], "infra_error"),
+    "an empty stream": (Cut(b""), [Cut(b"", events=True)], "infra_error"),
+    "no answer within timeout_s": (Hang(), [Hang()], "infra_error"),
+}
+
+
+def test_every_kind_has_the_same_verdict_whole_or_streamed_and_retry_infra_asks_only_infra(
+        tmp_path):
+    """Question i of a run gets kind i, whole (stream off) in one run and in each streamed
+    form (stream on) in the others: every sample's category is the kind's in every run,
+    and `--resume --retry-infra` asks again exactly the infra_error ones."""
+    from fake_openai import FakeOpenAI
+
+    from evalpipe import api
+
+    names = list(KINDS)
+    forms = [("off", 0)] + [("on", j) for j in range(max(len(k[1]) for k in KINDS.values()))]
+    wrong = []  # (form, kind, what it got, what it should get)
+    for stream, j in forms:
+        def respond(path, body, stream=stream, j=j):
+            numbers = question_of(body).split()
+            if len(numbers) < 3 or not numbers[2].isdigit():
+                return Json(chat("ok"))  # the served-model probe
+            whole, streamed, _ = KINDS[names[int(numbers[2])]]
+            return whole if stream == "off" else streamed[min(j, len(streamed) - 1)]
+
+        home = tmp_path / f"{stream}-{j}"
+        home.mkdir()
+        with FakeOpenAI(respond=respond) as server:
+            config = write_config(home, server.url, n=len(names), stream=stream,
+                                  concurrency=4, timeout_s=3)
+            run_dir = api.run(config, out=home / "o", use_cache=False).run_dir
+            asked = {q: len([b for b in server.posts() if question_of(b) == q])
+                     for q in {question_of(b) for b in server.posts()}}
+            api.run(resume=run_dir, retry_infra=True, use_cache=False)
+            again = {q: len([b for b in server.posts() if question_of(b) == q]) - n
+                     for q, n in asked.items()}
+        scores = json.loads((run_dir / "scores.json").read_text())
+        got = {names[int(s["question_id"][1:])]: s["category"] for s in scores["samples"]}
+        for i, (name, (_, _, category)) in enumerate(KINDS.items()):
+            form = f"stream {stream}" + (f", form {j}" if stream == "on" else "")
+            if got[name] != category and (category is not None or got[name] in (
+                    "malformed_reply", "infra_error")):
+                wrong.append((form, name, got[name], category or "a verdict on the answer"))
+            asked_again = again[f"What is {i} plus 1?"] > 0
+            if asked_again != (category == "infra_error"):
+                wrong.append((form, name, f"asked again: {asked_again}", got[name]))
+    assert not wrong, "\n".join(" | ".join(w) for w in wrong)

@@ -13,6 +13,7 @@ backend's business; the wire shape of calls lives in formats/openai.py.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -31,6 +32,7 @@ from evalpipe.backends.openai_reply import (
     WireCall,
     excerpt,
     read_body,
+    server_error,
     tool_calls,
 )
 from evalpipe.records import Generation, ToolCall
@@ -210,21 +212,7 @@ class HttpClient:
             raw = b"".join(self._pieces(response, deadline))
         finally:
             response.close()
-        end = time.monotonic()
-        data = read_body(raw)
-        if data.error is not None and not data.choices:
-            raise RequestFailed(f"server error: {_short(data.error)}", True)
-        choice = data.choices[0]
-        if choice.message is not None:
-            text = choice.message.content or ""
-            calls = tool_calls([_triple(c) for c in choice.message.tool_calls or ()],
-                               "choices[0].message.tool_calls", raw)
-        else:
-            text, calls = choice.text or "", None
-        usage = data.usage or Usage()
-        return Generation(text, usage.prompt_tokens or 0, usage.completion_tokens or 0, 0.0,
-                          (end - start) * 1000, _finish(choice.finish_reason, calls),
-                          tool_calls=calls, model=data.model)
+        return _whole_reply(raw, start, time.monotonic())
 
     def _pieces(self, response, deadline: float) -> Iterator[bytes]:
         """The body as it arrives, within `deadline` for the whole of it (a server that
@@ -255,62 +243,30 @@ class HttpClient:
             raise RequestFailed(f"connection lost mid-reply ({_short(exc)})", True) from None
 
     def _post_stream(self, url: str, body: dict[str, Any]) -> tuple[Generation, bool]:
+        """A streamed reply and whether it carried usage. Each fault gets the verdict the
+        same fault gets in a whole reply: what the server sent that does not fit is
+        MalformedReply, a stream cut before it finished is RequestFailed (the connection
+        or the server failed). A server that answers a streamed request with a whole
+        reply is read as one."""
         start = time.monotonic()
         deadline = start + self.timeout_s
         response = self._request(url, dict(body, stream=True,
                                            stream_options={"include_usage": True}), deadline)
-        first = None
-        text: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        finish, usage, pieces, model = None, None, 0, None
         try:
-            for line in _lines(self._pieces(response, deadline)):
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    break
-                chunk = read_body(payload, stream=True)
-                if chunk.error is not None:
-                    raise RequestFailed(f"server error in stream: {_short(chunk.error)}", True)
-                usage = chunk.usage or usage
-                model = chunk.model or model
-                for choice in chunk.choices:
-                    delta = choice.delta
-                    piece = delta.content if delta is not None else choice.text
-                    deltas = (delta.tool_calls if delta is not None else None) or []
-                    if piece or deltas:
-                        pieces += 1
-                        if first is None:
-                            first = time.monotonic()
-                    if piece:
-                        text.append(piece)
-                    for d in deltas:
-                        index = d.index if d.index is not None else len(calls)
-                        if index not in calls and len(calls) >= MAX_CALLS:
-                            raise MalformedReply(f"more than {MAX_CALLS} tool calls",
-                                                 excerpt(payload))
-                        call_id, name, args = _triple(d)
-                        slot = calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
-                        slot["id"] = call_id or slot["id"]
-                        slot["name"] += name
-                        slot["arguments"] += args if isinstance(args, str) else json.dumps(args)
-                    if choice.finish_reason:
-                        finish = choice.finish_reason
+            events, pieces = _events_or_body(self._pieces(response, deadline),
+                                             response.headers.get("Content-Type") or "")
+            if not events:
+                reply = _whole_reply(b"".join(pieces), start, time.monotonic())
+                return reply, True  # not streaming: asking again without would not help
+            stream = _StreamedReply(start)
+            for line in _lines(pieces):
+                if line.startswith(b"data:"):
+                    stream.add(line[5:].strip())
+                    if stream.done:
+                        break
         finally:
             response.close()
-        end = time.monotonic()
-        if finish is None:
-            raise RequestFailed("stream ended without a finish_reason", True)
-        first = first or end
-        found = tool_calls([(c["id"], c["name"], c["arguments"])
-                            for _, c in sorted(calls.items())], "the streamed tool_calls")
-        usage = usage or Usage()
-        reply = Generation("".join(text), usage.prompt_tokens or 0,
-                           usage.completion_tokens or pieces, (first - start) * 1000,
-                           (end - first) * 1000, _finish(finish, found), tool_calls=found,
-                           model=model)
-        return reply, usage.prompt_tokens is not None or usage.completion_tokens is not None
+        return stream.finish(time.monotonic())
 
     def clean(self, message: str) -> str:
         """message with the API key, if any, masked."""
@@ -324,14 +280,127 @@ def _triple(call: WireCall) -> tuple[str, str, str | dict[str, Any]]:
     return call.id or "", fn.name or "", fn.arguments if fn.arguments is not None else ""
 
 
+def _whole_reply(raw: bytes, start: float, end: float) -> Generation:
+    """A whole (not streamed) reply body as a Generation."""
+    data = read_body(raw)
+    failed = server_error(data)
+    if failed is not None:
+        raise RequestFailed(f"server error: {failed}", True)
+    choice = data.choices[0]
+    if choice.message is not None:
+        text = choice.message.content or ""
+        calls = tool_calls([_triple(c) for c in choice.message.tool_calls or ()],
+                           "choices[0].message.tool_calls", raw)
+    else:
+        text, calls = choice.text or "", None
+    usage = data.usage or Usage()
+    return Generation(text, usage.prompt_tokens or 0, usage.completion_tokens or 0, 0.0,
+                      (end - start) * 1000, _finish(choice.finish_reason, calls),
+                      tool_calls=calls, model=data.model)
+
+
+class _StreamedReply:
+    """A streamed reply as its events arrive, and at its end the same checks a whole
+    reply gets (a choice, with a delta or a text)."""
+
+    def __init__(self, start: float):
+        self.start = start
+        self.first: float | None = None  # when the first content or call arrived
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.model: str | None = None
+        self.pieces = 0
+        self.done = False  # the server's end-of-stream event arrived
+        self.choices = False  # some chunk carried a choice
+        self.parts = False  # some choice carried a delta or a text
+        self.last = b""  # the last payload, for the excerpt of a verdict at the end
+
+    def add(self, payload: bytes) -> None:
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        self.last = payload
+        chunk = read_body(payload, stream=True)
+        failed = server_error(chunk)
+        if failed is not None:
+            raise RequestFailed(f"server error in stream: {failed}", True)
+        self.usage = chunk.usage or self.usage
+        self.model = chunk.model or self.model
+        for choice in chunk.choices:
+            self.choices = True
+            delta = choice.delta
+            self.parts = self.parts or delta is not None or choice.text is not None
+            piece = delta.content if delta is not None else choice.text
+            deltas = (delta.tool_calls if delta is not None else None) or []
+            if piece or deltas:
+                self.pieces += 1
+                if self.first is None:
+                    self.first = time.monotonic()
+            if piece:
+                self.text.append(piece)
+            for d in deltas:
+                index = d.index if d.index is not None else len(self.calls)
+                if index not in self.calls and len(self.calls) >= MAX_CALLS:
+                    raise MalformedReply(f"more than {MAX_CALLS} tool calls", excerpt(payload))
+                call_id, name, args = _triple(d)
+                slot = self.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+                slot["id"] = call_id or slot["id"]
+                slot["name"] += name
+                slot["arguments"] += args if isinstance(args, str) else json.dumps(args)
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+
+    def finish(self, end: float) -> tuple[Generation, bool]:
+        """The reply once the stream ended, and whether it carried usage."""
+        if self.finish_reason is None and not self.done:
+            # neither a finish_reason nor [DONE]: the connection or the server gave out
+            raise RequestFailed("the stream ended before the reply did (no finish_reason, "
+                                "no [DONE])", True)
+        if not self.choices:
+            raise MalformedReply("choices: empty in every chunk, expected one choice",
+                                 excerpt(self.last))
+        if not self.parts:
+            raise MalformedReply("choices[0]: neither a delta nor a text in any chunk",
+                                 excerpt(self.last))
+        first = self.first or end
+        found = tool_calls([(c["id"], c["name"], c["arguments"])
+                            for _, c in sorted(self.calls.items())], "the streamed tool_calls")
+        usage = self.usage or Usage()
+        reply = Generation("".join(self.text), usage.prompt_tokens or 0,
+                           usage.completion_tokens or self.pieces, (first - self.start) * 1000,
+                           (end - first) * 1000, _finish(self.finish_reason, found),
+                           tool_calls=found, model=self.model)
+        return reply, usage.prompt_tokens is not None or usage.completion_tokens is not None
+
+
+SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
+
+
+def _events_or_body(pieces: Iterator[bytes], content_type: str
+                    ) -> tuple[bool, Iterator[bytes]]:
+    """Whether a reply to a streamed request is server-sent events (its first line is
+    an SSE field; an empty body sent as an event stream is a stream cut at once), and
+    the body's pieces, those read to tell included."""
+    head = b""
+    for piece in pieces:
+        head += piece
+        if b"\n" in head or len(head.lstrip()) >= 6:
+            break
+    start = head.lstrip()
+    events = start.startswith(SSE_FIELDS) or (
+        not start and content_type.split(";")[0].strip().lower() == "text/event-stream")
+    return events, itertools.chain([head], pieces)
+
+
 def _lines(pieces: Iterable[bytes]) -> Iterator[bytes]:
-    """The lines of a body that arrives in pieces (server-sent events)."""
+    """The whole lines of a body that arrives in pieces (server-sent events); a last line
+    without its end is dropped, as the event-stream format drops an unfinished event."""
     rest = b""
     for piece in pieces:
         *lines, rest = (rest + piece).split(b"\n")
         yield from (line.rstrip(b"\r") for line in lines)
-    if rest:
-        yield rest
 
 
 def _read_timeout(response, seconds: float) -> None:

@@ -135,6 +135,17 @@ def read_body(raw: bytes, *, stream: bool = False) -> ReplyBody:
     return body
 
 
+def server_error(body: ReplyBody) -> str | None:
+    """The error a reply (or a chunk) reports instead of choices, on one short line; None
+    when it reports none. Such a reply is the server failing, never the model's answer."""
+    if body.error is None or body.choices:
+        return None
+    error = body.error.get("message", body.error) if isinstance(body.error, dict) \
+        else body.error
+    text = " ".join(str(error).split())
+    return text[:200] + "..." if len(text) > 200 else text
+
+
 def check_values(value: Any, where: str, max_depth: int, raw: bytes = b"") -> None:
     """Every string valid Unicode and every number finite, nested at most max_depth
     deep; iterative, so no depth can exhaust the stack."""
