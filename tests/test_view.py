@@ -8,6 +8,7 @@ skip with the reason otherwise; never `playwright install`."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import urllib.error
@@ -240,8 +241,10 @@ def expect(locator):
     return playwright_expect(locator)
 
 
-@pytest.fixture()
-def page(server):
+@contextlib.contextmanager
+def browser_page(server, allowed_errors=()):
+    """A Chromium page that may load only from `server`; any script error, dialog or
+    console error (other than `allowed_errors`) fails the test."""
     sync_playwright = _browser()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -255,10 +258,16 @@ def page(server):
             page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
             page.on("request", lambda r: page.requests.append(r.url))
             yield page
-            assert page.errors == []
+            assert [e for e in page.errors if not any(a in e for a in allowed_errors)] == []
             assert all(u.startswith(server.url) for u in page.requests), page.requests
         finally:
             browser.close()
+
+
+@pytest.fixture()
+def page(server):
+    with browser_page(server) as page:
+        yield page
 
 
 def test_browser_lists_runs_and_compares_two_with_a_known_flip(server, page):
@@ -325,8 +334,9 @@ def test_browser_follows_a_run_that_is_writing(outputs, server, page):
     assert shown.startswith("running: ") and "samples written so far" in shown
     count = api(server, "/api/runs/run-live")["samples"]  # what the page shows once loaded
     expect(page.locator("#sample-body tr.sample-row")).to_have_count(count, timeout=30_000)
-    with open(outputs / "run-live" / "samples.jsonl", "a") as f:
-        f.write(json.dumps(samples_a("run-live")[11]) + "\n")
+    path = outputs / "run-live" / "samples.jsonl"
+    text = path.read_text()  # the writer cuts a torn last line before it appends
+    path.write_text(text[:text.rindex("\n") + 1] + json.dumps(samples_a("run-live")[11]) + "\n")
     expect(page.locator("#sample-body tr.sample-row")).to_have_count(count + 1, timeout=30_000)
     assert f"running: {count + 1} " in page.text_content("#progress")
 
@@ -340,3 +350,387 @@ def test_the_url_is_printed_on_127_0_0_1_by_default(outputs):
         srv.server_close()
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(srv.url, timeout=5)
+
+
+# -- damaged runs, vanished runs -----------------------------------------------------------
+
+def _set(data: dict, dotted: str, value) -> None:
+    *path, last = dotted.split(".")
+    for key in path:
+        data = data.setdefault(key, {})
+    data[last] = value
+
+
+# field -> a value of the wrong type (or range), for every field the list and pages read
+WRONG_FIELDS = [
+    ("run_id", 7), ("config", ["k"]), ("config.name", {"a": 1}), ("config.models", "tiny"),
+    ("config.models", [7]), ("config.models", [{"id": ["x"]}]), ("config.models", [{}]),
+    ("config.match", 1), ("config.k", "3"), ("config.k", 0), ("config_source", 1),
+    ("started", 20250101), ("finished", ["x"]), ("ended", {}), ("git_commit", 123),
+    ("status", {"s": 1}), ("error", ["e"]), ("warnings", "boom"), ("warnings", [1]),
+    ("questions", "six"), ("questions", -1), ("questions", True), ("cells", []),
+    (f"cells.{BASE}", "x"), (f"cells.{BASE}.settings", []),
+    (f"cells.{BASE}.settings.model", 5), (f"cells.{BASE}.facets", {"model": 5}),
+    (f"cells.{BASE}.fingerprint", 1), (f"cells.{BASE}.served", "x"), ("repeats", [1]),
+    ("repeats.seeds", "0"),
+]
+# run -> (what to write, the file and the words its reason must name)
+MANIFESTS = {f"manifest-{i}": (("field", f, v), "manifest.json", f"field '{f}")
+             for i, (f, v) in enumerate(WRONG_FIELDS)}
+MANIFESTS |= {
+    "manifest-list": (("json", [1, 2]), "manifest.json", "expected an object, got a list"),
+    "manifest-string": (("json", "a run"), "manifest.json", "got text"),
+    "manifest-number": (("json", 7), "manifest.json", "got a number"),
+    "manifest-null": (("json", None), "manifest.json", "got null"),
+    "manifest-empty": (("json", {}), "manifest.json", "field 'run_id' is missing"),
+    "manifest-no-config": (("json", {"run_id": "x"}), "manifest.json",
+                           "field 'config' is missing"),
+    "manifest-not-json": (("bytes", b'{"run_id": "x", "con'), "manifest.json", "not JSON"),
+    "manifest-not-utf8": (("bytes", b'{"run_id": "\xff"}'), "manifest.json", "not UTF-8"),
+}
+SCORES = {
+    "scores-list": (("json", []), "scores.json", "expected an object"),
+    "scores-not-json": (("bytes", b'{"groups": ['), "scores.json", "not JSON"),
+    "scores-no-groups": (("drop", "groups"), "scores.json", "field 'groups' is missing"),
+    "scores-groups-object": (("field", "groups", {}), "scores.json", "field 'groups'"),
+    "scores-samples-text": (("field", "samples", "all"), "scores.json", "field 'samples'"),
+    "scores-sample-number": (("field", "samples", [7]), "scores.json", "field 'samples[0]'"),
+    "scores-sample-no-cell": (("sample", "cell_id", None), "scores.json",
+                              "field 'samples[0].cell_id'"),
+    "scores-sample-exact-text": (("sample", "exact", "yes"), "scores.json",
+                                 "field 'samples[0].exact'"),
+    "scores-sample-cost-list": (("sample", "cost", []), "scores.json",
+                                "field 'samples[0].cost'"),
+    "scores-group-rates-list": (("group", "rates", []), "scores.json",
+                                "field 'groups[0].rates'"),
+    "scores-group-rate-text": (("group", "rates", {"exact": {"rate": "high", "n": 4}}),
+                               "scores.json", "field 'groups[0].rates.exact.rate'"),
+    "scores-k-text": (("field", "k", "3"), "scores.json", "field 'k'"),
+}
+SAMPLES = {  # found when the run is opened (the list reads no samples of a finished run)
+    "samples-bad-line": (("line", b'{"cell_id": "x", "question_'), "samples.jsonl", "line 2"),
+    "samples-not-utf8": (("line", b'{"cell_id": "\xff\xfe"}'), "samples.jsonl", "line 2"),
+    "samples-a-list": (("line", b"[1, 2]"), "samples.jsonl", "line 2: expected an object"),
+    "samples-no-cell": (("line", b'{"question_id": "a1"}'), "samples.jsonl",
+                        "line 2: field 'cell_id' is missing"),
+    "samples-repeat-text": (("line", b'{"cell_id": "c", "question_id": "a1", "repeat": "1"}'),
+                            "samples.jsonl", "line 2: field 'repeat'"),
+    "questions-bad-line": (("questions", b'{"id": "a1", "quest'), "questions.jsonl", "line 2"),
+}
+DAMAGED = MANIFESTS | SCORES | SAMPLES
+
+
+def _damage(path: Path, how: tuple) -> None:
+    kind, *args = how
+    manifest = json.loads((path / "manifest.json").read_text())
+    scores = json.loads((path / "scores.json").read_text())
+    if kind == "field" and path.name.startswith("manifest"):
+        _set(manifest, args[0], args[1])
+    elif kind == "json" and path.name.startswith("manifest"):
+        manifest = args[0]
+    elif kind == "bytes" and path.name.startswith("manifest"):
+        (path / "manifest.json").write_bytes(args[0])
+        return
+    elif kind == "json":
+        scores = args[0]
+    elif kind == "bytes":
+        (path / "scores.json").write_bytes(args[0])
+        return
+    elif kind == "drop":
+        del scores[args[0]]
+    elif kind == "field":
+        scores[args[0]] = args[1]
+    elif kind == "sample":
+        scores["samples"][0][args[0]] = args[1]
+    elif kind == "group":
+        scores["groups"][0][args[0]] = args[1]
+    elif kind in ("line", "questions"):
+        name = "samples.jsonl" if kind == "line" else "questions.jsonl"
+        lines = (path / name).read_bytes().splitlines(keepends=True)
+        (path / name).write_bytes(lines[0] + args[0] + b"\n" + b"".join(lines[1:]))
+        return
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    (path / "scores.json").write_text(json.dumps(scores))
+
+
+@pytest.fixture(scope="module")
+def damaged_outputs(tmp_path_factory):
+    """A good run beside one damaged run of each kind."""
+    root = tmp_path_factory.mktemp("damaged")
+    _finish(write_run(root / "good", samples_a("good"), run_id="good"),
+            "2025-01-01T10:00:00+0000")
+    for name, (how, _, _) in DAMAGED.items():
+        path = write_run(root / name, samples_a(name), run_id=name)
+        _finish(path, "2025-01-02T10:00:00+0000")
+        _damage(path, how)
+    return root
+
+
+@pytest.fixture(scope="module")
+def damaged_server(damaged_outputs):
+    warned: list[str] = []
+    srv = ViewServer(Outputs(damaged_outputs), port=0, warn=warned.append)
+    srv.warned = warned
+    srv.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_the_list_leaves_out_each_damaged_run_names_why_and_warns_once(damaged_outputs):
+    warned: list[str] = []
+    srv = ViewServer(Outputs(damaged_outputs), port=0, warn=warned.append)
+    srv.start()
+    try:
+        for _ in range(2):  # listed twice: warned once
+            listing = api(srv, "/api/runs")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    # a finished run's samples are read when it is opened: until then it is listed
+    assert sorted(r["id"] for r in listing["runs"]) == sorted(["good", *SAMPLES])
+    shown = {d["id"]: d["problem"] for d in listing["damaged"]}
+    assert set(shown) == set(MANIFESTS) | set(SCORES)
+    for name in shown:
+        _, file, words = DAMAGED[name]
+        assert shown[name].startswith(f"{file}: ") and words in shown[name], (name, shown[name])
+        assert sum(f"run {name!r} cannot be shown: {shown[name]}" in w for w in warned) == 1
+
+
+@pytest.mark.parametrize("name", list(DAMAGED))
+def test_every_page_of_a_damaged_run_answers_what_is_wrong(damaged_server, name):
+    _, file, words = DAMAGED[name]
+    for path in (f"/api/runs/{name}", f"/api/runs/{name}/samples", f"/api/runs/{name}/samples/0",
+                 f"/api/runs/{name}/plots/exact.png", f"/api/compare?a=good&b={name}"):
+        status, kind, body = get(damaged_server, path)
+        assert status == 500 and kind.startswith("application/json"), (path, status, body)
+        answer = json.loads(body)
+        assert answer["run"] == name and answer["damaged"].startswith(file), (path, answer)
+        assert words in answer["damaged"] and "Traceback" not in answer["error"], answer
+    if name in SAMPLES:  # once opened, the list knows too
+        assert name in {d["id"] for d in api(damaged_server, "/api/runs")["damaged"]}
+    assert not any(w.startswith("error:") for w in damaged_server.warned)
+
+
+def test_a_repaired_run_is_listed_again(tmp_path):
+    path = write_run(tmp_path / "run", samples_a("run"), run_id="run")
+    good = (path / "samples.jsonl").read_bytes()
+    _damage(path, ("line", b"[1, 2]"))
+    srv = ViewServer(Outputs(tmp_path), port=0)
+    srv.start()
+    try:
+        assert get(srv, "/api/runs/run")[0] == 500
+        assert [d["id"] for d in api(srv, "/api/runs")["damaged"]] == ["run"]
+        (path / "samples.jsonl").write_bytes(good)
+        assert api(srv, "/api/runs/run")["samples"] == 12
+        listing = api(srv, "/api/runs")
+        assert [r["id"] for r in listing["runs"]] == ["run"] and listing["damaged"] == []
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.mark.parametrize("deleted", ["folder", "manifest.json", "samples.jsonl"])
+def test_a_run_deleted_while_viewed_answers_404(tmp_path, deleted):
+    import shutil
+
+    for name in ("keep", "gone"):
+        _finish(write_run(tmp_path / name, samples_a(name), run_id=name),
+                "2025-01-01T10:00:00+0000")
+    srv = ViewServer(Outputs(tmp_path), port=0)
+    srv.start()
+    try:
+        for path in ("/api/runs/gone", "/api/runs/gone/samples", "/api/runs/gone/samples/0"):
+            assert get(srv, path)[0] == 200, path  # open, indexed, shown
+        if deleted == "folder":
+            shutil.rmtree(tmp_path / "gone")
+        else:
+            (tmp_path / "gone" / deleted).unlink()
+        gone = ["/api/runs/gone/samples/0"]
+        if deleted != "samples.jsonl":  # the run itself is gone
+            gone += ["/api/runs/gone", "/api/runs/gone/samples",
+                     "/api/runs/gone/plots/exact.png", "/api/compare?a=keep&b=gone"]
+        for path in gone:
+            status, _, body = get(srv, path)
+            assert status == 404, (path, status, body)
+            assert "gone" in json.loads(body)["error"] or path.startswith("/api/compare")
+        ids = [r["id"] for r in api(srv, "/api/runs")["runs"]]
+        assert ids == (["keep"] if deleted != "samples.jsonl" else ["keep", "gone"])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_query_the_api_cannot_read_is_400_with_what_it_expected(server):
+    for path, words in (("/api/runs/run-a/samples?limit=many", "limit='many'"),
+                        ("/api/compare?a=run-a", "compare needs two runs")):
+        status, _, body = get(server, path)
+        assert status == 400 and words in json.loads(body)["error"], (path, body)
+    assert get(server, "/api/runs/run-a/samples/-1")[0] == 404
+
+
+# -- --host: the address it was given, and no other name ------------------------------------
+
+def _machine_address() -> str | None:
+    """A non-loopback IPv4 address of this machine, or None."""
+    import ipaddress
+    import socket
+
+    found = []
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))  # nothing is sent: the kernel picks the source
+        found.append(s.getsockname()[0])
+    with contextlib.suppress(OSError):
+        found += [a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None,
+                                                      socket.AF_INET)]
+    return next((ip for ip in found if not ipaddress.ip_address(ip).is_loopback), None)
+
+
+def ask(port: int, host: str | None, address: str = "127.0.0.1", path: str = "/api/runs"):
+    """GET `path` from address:port with this Host header (None: no Host header)."""
+    conn = http.client.HTTPConnection(address, port, timeout=60)
+    conn.putrequest("GET", path, skip_host=True)
+    if host is not None:
+        conn.putheader("Host", host)
+    conn.endheaders()
+    res = conn.getresponse()
+    res.read()
+    conn.close()
+    return res.status
+
+
+@pytest.fixture(scope="module")
+def wide(outputs):
+    srv = ViewServer(Outputs(outputs), host="0.0.0.0", port=0)
+    srv.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _hosts_to_allow(port: int) -> list[str]:
+    import socket
+
+    name = socket.gethostname()
+    allowed = [f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "localhost",
+               f"{name}:{port}", f"{name.upper()}.:{port}", f"app.localhost:{port}",
+               f"10.9.8.7:{port}", "10.9.8.7:8080", f"[2001:db8::1]:{port}"]  # NAT, mapped port
+    ip = _machine_address()
+    return allowed + ([f"{ip}:{port}", ip] if ip else [])
+
+
+def _forged(port: int) -> list[str | None]:
+    import socket
+
+    name = socket.gethostname()
+    return [f"evil.example:{port}", "evil.example", f"{name}.evil.example:{port}",
+            f"127.0.0.1.nip.io:{port}", f"localhost.evil.example:{port}", "", None,
+            f"evil.example:{port}:1", f"[::1]x:{port}", f"localhost:{port}x"]
+
+
+def test_bound_to_every_address_it_answers_the_machine_and_refuses_forged_names(wide):
+    port = wide.server_address[1]
+    allowed, forged = _hosts_to_allow(port), _forged(port)
+    assert {h: ask(port, h) for h in allowed} == dict.fromkeys(allowed, 200)
+    assert {h: ask(port, h) for h in forged} == dict.fromkeys(forged, 421)
+    ip = _machine_address()
+    if ip:  # through the machine's real address, as another machine reaches it
+        assert ask(port, f"{ip}:{port}", address=ip) == 200
+        assert ask(port, f"evil.example:{port}", address=ip) == 421
+
+
+def test_bound_to_loopback_it_answers_loopback_names_only(server):
+    import socket
+
+    port = server.server_address[1]
+    assert ask(port, f"localhost:{port}") == ask(port, f"[::1]:{port}") == 200
+    for host in (f"10.9.8.7:{port}", f"{socket.gethostname()}:{port}", f"evil.example:{port}"):
+        assert ask(port, host) == 421, host
+
+
+def test_bound_to_one_address_it_answers_that_address_and_allowed_names(outputs):
+    ip = _machine_address()
+    if ip is None:
+        pytest.skip("this machine has no address but loopback")
+    srv = ViewServer(Outputs(outputs), host=ip, port=0, allow_hosts=("evals.example.org",))
+    srv.start()
+    try:
+        port = srv.server_address[1]
+        assert srv.url == f"http://{ip}:{port}/"
+        for host in (f"{ip}:{port}", f"evals.example.org:{port}", f"EVALS.example.org.:{port}"):
+            assert ask(port, host, address=ip) == 200, host
+        for host in _forged(port):
+            assert ask(port, host, address=ip) == 421, host
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_an_ipv6_address_is_served(outputs):
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback on this machine: {exc}")
+    srv = ViewServer(Outputs(outputs), host="::1", port=0)
+    srv.start()
+    try:
+        port = srv.server_address[1]
+        assert srv.url == f"http://[::1]:{port}/"
+        assert ask(port, f"[::1]:{port}", address="::1") == 200
+        assert ask(port, f"evil.example:{port}", address="::1") == 421
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_the_cli_on_0_0_0_0_serves_other_machines_and_warns(outputs):
+    """`evalpipe view --host 0.0.0.0`, the real command: reachable through the machine's
+    own address, forged names refused, and the no-login warning printed."""
+    import subprocess
+    import sys
+
+    ip = _machine_address()
+    if ip is None:
+        pytest.skip("this machine has no address but loopback")
+    proc = subprocess.Popen([sys.executable, "-m", "evalpipe", "view", str(outputs), "--host",
+                             "0.0.0.0", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("evalpipe view: http://0.0.0.0:"), first
+        port = int(first.split()[2].rstrip("/").rsplit(":", 1)[1])
+        with urllib.request.urlopen(f"http://{ip}:{port}/api/runs", timeout=60) as res:
+            assert res.status == 200
+            assert {r["id"] for r in json.loads(res.read())["runs"]} == {
+                "run-a", "run-b", "run-live"}
+        assert ask(port, f"evil.example:{port}", address=ip) == 421
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    assert "warning: the viewer has no login" in err
+
+
+def test_browser_lists_the_runs_and_warns_of_each_damaged_one(damaged_outputs):
+    srv = ViewServer(Outputs(damaged_outputs), port=0)
+    srv.start()
+    # the run page of a damaged run answers 500: the browser logs the failed load
+    try:
+        with browser_page(srv, allowed_errors=("500 (Internal Server Error)",)) as page:
+            page.goto(srv.url)
+            page.wait_for_selector("table.runs tbody tr")
+            assert page.locator("table.runs tbody tr").count() == 1 + len(SAMPLES)
+            warnings = page.locator("#damaged p.warn")
+            assert warnings.count() == len(MANIFESTS) + len(SCORES)
+            text = page.locator("#damaged").inner_text()
+            assert "warning: manifest-list: manifest.json: expected an object, got a list" in text
+            assert "scores-sample-exact-text: scores.json: field 'samples[0].exact'" in text
+            page.goto(srv.url + "#/run/manifest-list")
+            expect(page.locator("p.error")).to_contain_text(
+                "run 'manifest-list' cannot be shown: manifest.json: expected an object")
+            assert "Traceback" not in page.locator("#main").inner_text()
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -40,9 +40,21 @@ from evalpipe.records import SampleRecord, ScoredSample
 from evalpipe.scoring.aggregate import aggregate
 from evalpipe.scoring.run import score_records, verdict_counts
 from evalpipe.store import RunStore, run_status
+from evalpipe.view.shapes import DamagedRun, check_record, read_manifest, read_scores
 
 MAX_PAGE = 500  # rows per page of the sample browser
 ANSWER_CHARS = 2000  # of a final answer kept for the text filter and the row
+
+
+def _damaged(run: Path, exc: InputError) -> DamagedRun:
+    """An InputError about a file of the run, as the run's damage (files named within it)."""
+    file = exc.file or ""
+    if file and Path(file).parent == run:
+        file = Path(file).name
+    where = f"{file} line {exc.line}" if exc.line else file
+    parts = [p for p in (where, f"field '{exc.field}'" if exc.field else "", exc.message,
+                         f"expected {exc.expected}" if exc.expected else "") if p]
+    return DamagedRun(run.name, ": ".join(parts))
 
 
 def _read_json(path: Path) -> Any:
@@ -90,60 +102,89 @@ class RunIndex:
         self.version = 0  # bumped whenever what the run shows changed
         self._seen: dict[str, Any] = {}
         self._offset = 0  # samples.jsonl read up to here
+        self._lines = 0  # the lines before _offset (a damaged line is named by its number)
+        self.damage: tuple[dict[str, Any], DamagedRun] | None = None  # what was seen, why
         self._report: tuple[int, RunData, dict[str, Any]] | None = None
         self._plots: tuple[int, dict[str, bytes]] | None = None
 
     # -- reading ---------------------------------------------------------------------------
     def refresh(self) -> None:
+        """Read what changed since the last read. DamagedRun when a file the pages read
+        does not have its shape (raised again, without reading, until one of the files
+        changes); FileNotFoundError when the run or its manifest was deleted."""
         with self.lock:
             samples_id = _identity(self.store.samples_path)
             seen = {name: _identity(self.path / name) for name in
                     ("manifest.json", "questions.jsonl", "scores.json", "audit.json",
                      "probe.jsonl", "judgements.jsonl")}
             seen["samples"] = samples_id
+            if self.damage is not None and self.damage[0] == seen:
+                raise self.damage[1]
             if seen == self._seen:
                 return
-            old, self._seen = self._seen, seen
-            manifest = _read_json(self.store.manifest_path)
-            if not isinstance(manifest, dict):
-                raise InputError("manifest.json is missing or not JSON", file=str(self.path))
-            self.manifest = manifest
-            if seen["questions.jsonl"] != old.get("questions.jsonl") or not self.questions:
-                self.questions = (self.store.questions() if seen["questions.jsonl"] else {})
-            rewritten = (samples_id is None or old.get("samples") is None
-                         or samples_id[:2] != old["samples"][:2] or samples_id[2] < self._offset
-                         # the judge's verdicts change scores already made here
-                         or seen["judgements.jsonl"] != old.get("judgements.jsonl"))
-            use_file = run_status(manifest) == "finished" and seen["scores.json"] is not None
-            if rewritten or (use_file and seen["scores.json"] != old.get("scores.json")) \
-                    or (self.from_file and not use_file):
+            try:
+                self._read(seen)
+            except Exception as exc:
+                # what was read is partly stale now: the next read starts afresh
+                self._seen, self.questions = {}, {}
                 self.scored, self.rows, self.blocks, self._offset = [], {}, {}, 0
-                self.from_file = False
-            fresh = self._scan()
-            if use_file:
-                if not self.from_file:
-                    scores = _read_json(self.path / "scores.json") or {}
-                    self.scored = list(scores.get("samples") or [])
-                    self._scores_meta = {k: v for k, v in scores.items() if k != "samples"}
-                    self.from_file = True
-            elif fresh:
-                self.scored += score_records(self.manifest, self.questions, fresh,
-                                             source=str(self.store.samples_path),
-                                             judgements=self.store.read_judgements())["samples"]
-            self.version += 1
+                self._lines, self.from_file = 0, False
+                self.version += 1
+                if isinstance(exc, InputError):  # a run file evalpipe's readers refused
+                    exc = exc if isinstance(exc, DamagedRun) else _damaged(self.path, exc)
+                    self.damage = (seen, exc)
+                    raise exc from None
+                raise
+            self.damage = None
+
+    def _read(self, seen: dict[str, Any]) -> None:
+        old, self._seen = self._seen, seen
+        samples_id = seen["samples"]
+        manifest = read_manifest(self.path)
+        self.manifest = manifest
+        if seen["questions.jsonl"] != old.get("questions.jsonl") or not self.questions:
+            self.questions = (self.store.questions() if seen["questions.jsonl"] else {})
+        rewritten = (samples_id is None or old.get("samples") is None
+                     or samples_id[:2] != old["samples"][:2] or samples_id[2] < self._offset
+                     # the judge's verdicts change scores already made here
+                     or seen["judgements.jsonl"] != old.get("judgements.jsonl"))
+        use_file = run_status(manifest) == "finished" and seen["scores.json"] is not None
+        if rewritten or (use_file and seen["scores.json"] != old.get("scores.json")) \
+                or (self.from_file and not use_file):
+            self.scored, self.rows, self.blocks, self._offset = [], {}, {}, 0
+            self._lines, self.from_file = 0, False
+        fresh = self._scan()
+        if use_file:
+            if not self.from_file:
+                scores = read_scores(self.path)
+                self.scored = list(scores["samples"])
+                self._scores_meta = {k: v for k, v in scores.items() if k != "samples"}
+                self.from_file = True
+        elif fresh:
+            self.scored += score_records(self.manifest, self.questions, fresh,
+                                         source=str(self.store.samples_path),
+                                         judgements=self.store.read_judgements())["samples"]
+        self.version += 1
 
     def _scan(self) -> list[SampleRecord]:
         """Index the lines appended since the last scan; returns their records."""
         fresh: list[SampleRecord] = []
-        start = self._offset
-        for end, _, record in jsonl.scan(self.store.samples_path, start=self._offset):
-            if isinstance(record, dict):
+        start, before = self._offset, self._lines
+        try:
+            for end, line, record in jsonl.scan(self.store.samples_path, start=self._offset):
+                check_record(self.path, before + line, record)
                 answer = record.get("final_answer")
                 self.rows[_key(record)] = _Row(start, end, str(answer or "")[:ANSWER_CHARS])
                 for block in record.get("prompt_text") or {}:
                     self.blocks.setdefault(block, (start, end))
                 fresh.append(cast(SampleRecord, record))  # a line Sample.to_dict wrote
-            start = self._offset = end
+                start = self._offset = end
+                self._lines = before + line
+        except DamagedRun:
+            raise
+        except InputError as exc:  # scan counts lines from where it started
+            raise DamagedRun(self.path.name, f"samples.jsonl line {before + (exc.line or 0)}: "
+                             f"{exc.message}") from None
         return fresh
 
     def _line(self, start: int, end: int) -> SampleRecord:
@@ -246,6 +287,8 @@ class RunIndex:
                 raise KeyError(index)
             scored = self.scored[index]
             row = self.rows.get(_key(scored))
+            if row is None and not self.store.samples_path.is_file():
+                raise FileNotFoundError(self.store.samples_path)  # deleted: 404
             raw = self._line(row.start, row.end) if row else None
             view = sample_view(scored, raw, self.questions.get(scored.get("question_id") or ""))
             wanted = {b for t in view["turns"] for b in t.get("prompt_blocks") or ()}
@@ -297,15 +340,21 @@ def expected_samples(manifest: dict[str, Any]) -> int | None:
 
 
 class Outputs:
-    """Every run directly under one outputs folder (a folder holding manifest.json)."""
+    """Every run directly under one outputs folder (a folder holding manifest.json).
 
-    def __init__(self, root: str | Path):
+    A run whose files do not have the shape the viewer reads (view/shapes.py) is listed
+    apart, with what is wrong, and `warn` is told once per new damage; every other run
+    is listed as usual."""
+
+    def __init__(self, root: str | Path, warn: Callable[[str], None] | None = None):
         self.root = Path(root)
         if not self.root.is_dir():
             raise InputError("not a folder", file=str(root),
                              expected="an outputs folder holding run directories")
+        self.warn = warn or (lambda line: None)
         self._runs: dict[str, RunIndex] = {}
         self._headlines: dict[str, tuple[Any, dict[str, Any] | None]] = {}
+        self._warned: dict[str, str] = {}  # run -> the damage last warned about
         self._lock = threading.Lock()
 
     def _dirs(self) -> dict[str, Path]:
@@ -316,28 +365,49 @@ class Outputs:
         return out
 
     def get(self, run_id: str) -> RunIndex:
-        """The index of a run by its folder name; KeyError for any other name."""
+        """The index of a run by its folder name; KeyError for any other name, and for a
+        run deleted since it was opened (its folder or its manifest gone)."""
         with self._lock:
-            if run_id not in self._runs:
+            index = self._runs.get(run_id)
+            if index is not None and not index.store.manifest_path.is_file():
+                del self._runs[run_id]  # deleted while viewed
+                self._headlines.pop(run_id, None)
+                index = None
+            if index is None:
                 path = self._dirs().get(run_id)
                 if path is None:
                     raise KeyError(run_id)
-                self._runs[run_id] = RunIndex(path)
-            return self._runs[run_id]
+                index = self._runs[run_id] = RunIndex(path)
+            return index
 
-    def listing(self) -> list[dict[str, Any]]:
-        """Every run, newest first: its facts and headline scores."""
+    def damaged(self, exc: DamagedRun) -> None:
+        """Note a run's damage: warned once, until it changes."""
+        with self._lock:
+            if self._warned.get(exc.run) != exc.problem:
+                self._warned[exc.run] = exc.problem
+                self.warn(f"warning: {exc}; the run is left out of the list")
+
+    def listing(self) -> dict[str, list[dict[str, Any]]]:
+        """Every run, newest first: its facts and headline scores; and, apart, every run
+        whose files cannot be shown, with the reason."""
         latest = self.root / "latest"
         latest_name = os.readlink(latest) if latest.is_symlink() else None
-        out = []
+        runs, damaged = [], []
         for name, path in self._dirs().items():
-            manifest = _read_json(path / "manifest.json")
-            if not isinstance(manifest, dict):
-                continue
-            facts = run_facts(manifest)
-            out.append({"id": name, **facts, "latest": Path(latest_name or "").name == name,
-                        **self._headline(name, path, manifest)})
-        return sorted(out, key=lambda r: (r.get("started") or "", r["id"]), reverse=True)
+            try:
+                manifest = read_manifest(path)
+                facts = run_facts(manifest)
+                runs.append({"id": name, **facts, "latest": Path(latest_name or "").name == name,
+                             **self._headline(name, path, manifest)})
+            except FileNotFoundError:
+                continue  # deleted while being listed
+            except DamagedRun as exc:
+                self.damaged(exc)
+                damaged.append({"id": name, "problem": exc.problem})
+            else:
+                self._warned.pop(name, None)
+        runs.sort(key=lambda r: (r.get("started") or "", r["id"]), reverse=True)
+        return {"runs": runs, "damaged": sorted(damaged, key=lambda d: d["id"])}
 
     def _headline(self, name: str, path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         """Samples and exact match (pooled over cells, and the best cell) of a run: from
@@ -346,15 +416,18 @@ class Outputs:
         finished = run_status(manifest) == "finished"
         scores_path = path / "scores.json"
         stamp = (_identity(scores_path), _identity(path / "samples.jsonl"), finished)
+        index = self._runs.get(name)
         cached = self._headlines.get(name)
-        if cached and cached[0] == stamp:
+        if cached and cached[0] == stamp and (index is None or index.damage is None):
             return cached[1] or {}
         groups: list[dict[str, Any]] | None = None
         samples = None
+        if index is not None and index.damage is not None:
+            index.refresh()  # raises the damage found when the run was opened, if still there
         if finished and stamp[0] is not None:
-            scores = _read_json(scores_path) or {}
-            groups = scores.get("groups")
-            samples = len(scores.get("samples") or [])
+            scores = read_scores(path)
+            groups = scores["groups"]
+            samples = len(scores["samples"])
         elif name in self._runs:
             run, _ = self._runs[name].run_data()
             groups, samples = run.scores["groups"], len(run.scores["samples"])

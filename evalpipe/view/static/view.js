@@ -92,7 +92,11 @@ async function runsPage() {
       e ? pct(e.rate) + ' (' + e.hits + '/' + e.n + ', ' + e.cells + ' cells)' : '-',
       r.best ? pct(r.best.rate) + ' ' + r.best.cell_id : '-'];
   });
-  show(section('Runs (' + data.runs.length + ')',
+  const damaged = data.damaged || [];
+  show(...(damaged.length ? [section('Runs that cannot be shown (' + damaged.length + ')',
+    el('div', {id: 'damaged'}, ...damaged.map(d =>
+      el('p', {class: 'warn'}, 'warning: ' + d.id + ': ' + d.problem))))] : []),
+    section('Runs (' + data.runs.length + ')',
     el('div', {class: 'toolbar'}, go, el('span', {class: 'muted'},
        'A is the older of the two, B the newer; differences are B - A.')),
     table(['', 'status', 'run', 'config', 'models', 'started', 'commit', 'samples',
