@@ -2,7 +2,8 @@
 
 Exit codes, for scripts (docs/runs.md): 0 finished, 2 bad input, 3 a regression
 found by `compare --fail-on-regression`, 4 nothing the gate could judge (no pairs,
-too few, grids that differ, a run mostly infra errors), 129/130/143 interrupted by
+too few, grids that differ, a run mostly infra errors) or a judge that gave no verdict
+at all (`evalpipe judge`), 129/130/143 interrupted by
 SIGHUP/SIGINT (Ctrl-C)/SIGTERM, 1 anything else.
 """
 
@@ -64,6 +65,14 @@ class RegressionFound(EvalpipeError):
 class NotCompared(EvalpipeError):
     """The regression gate had nothing it could judge (no matched cells or questions,
     too few pairs, a run mostly infrastructure errors): never a silent pass. Exit 4."""
+
+    exit_code = 4
+
+
+class NoVerdict(EvalpipeError):
+    """The judge answered but gave no verdict on any reply it was asked about
+    (`evalpipe judge`): like a gate with nothing it could judge, never a silent pass.
+    Exit 4."""
 
     exit_code = 4
 

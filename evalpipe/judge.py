@@ -5,11 +5,14 @@ The judge is configured like a model (`judge.model` is a `models:` entry: an emb
 model, a llama.cpp or vLLM server, any OpenAI-compatible API). It is asked only where
 the rules abstain (`use: undecided`, the default) or, by explicit choice, on every
 free-form answer (`use: all`); never silently. Each reply is judged twice, the
-reference before and after it (scoring/judging.py), greedy; the verdict counts when
-both agree. Every judgement records the judge's model, both prompts, both raw
-replies, the verdict and the reason in the run's judgements.jsonl, which `evalpipe
+reference before and after it, greedy, in the protocol of scoring/judging.py (the
+reply as data in a JSON string, the verdict a JSON object alone, a reply that addresses
+the judge never sent); the verdict counts when both readings give one and agree. Every
+judgement records the judge's model, both prompts, both raw replies, what it came to
+(`outcome`), the verdict and the reason in the run's judgements.jsonl, which `evalpipe
 score` reads without loading the judge; the judge's replies also go through the
-generation cache, so judging a run again costs nothing.
+generation cache, so judging a run again costs nothing (a failed request is not
+cached: judging again asks it again).
 
 `judge_agreement` runs the judge over a labelled set
 (evalpipe/scoring/labels/grading_labels.jsonl by default) and returns Cohen's kappa
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,13 +33,16 @@ from typing import Any
 from evalpipe.backends import load_backend
 from evalpipe.backends.base import Backend, GenerationSettings
 from evalpipe.cache import GenerationCache
-from evalpipe.errors import InputError
+from evalpipe.errors import EvalpipeError, InfraError, InputError, NoVerdict
 from evalpipe.identity import sample_key
 from evalpipe.questions import Question
+from evalpipe.records import Generation
 from evalpipe.scoring.answers.match import make_gold, match_answer
 from evalpipe.scoring.judging import (
+    OUTCOMES,
     RUBRIC_VERSION,
     USES,
+    addresses_judge,
     applies,
     combine,
     judge_messages,
@@ -50,6 +57,17 @@ DEFAULT_MAX_NEW_TOKENS = 64
 def _reference(answer: Any, aliases: list[str] | tuple[str, ...]) -> str:
     extra = f" (also accepted: {', '.join(map(str, aliases))})" if aliases else ""
     return f"{answer}{extra}"
+
+
+def _reading(gen: Generation) -> tuple[bool | None, str, str]:
+    """(verdict, raw, why) of one judge reply. A failed request and a reply the backend
+    rejected as malformed are never read for a verdict."""
+    if gen.finish_reason == "error":
+        return None, "", f"request failed: {gen.error or 'no reply'}"
+    if gen.finish_reason == "malformed":
+        return None, gen.text, f"malformed reply: {gen.error or 'rejected'}"
+    verdict, why = parse_verdict(gen.text)
+    return verdict, gen.text, why
 
 
 class Judge:
@@ -68,9 +86,14 @@ class Judge:
 
     def grade(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """items: {question, answer, aliases, answer_type, lang, reply} -> one judgement
-        each: the prompts (reference first, then last), raw replies, verdicts, verdict."""
-        prompts, messages = [], []
-        for item in items:
+        each: the prompts (reference first, then last), raw replies, verdicts, verdict and
+        `outcome` (judging.OUTCOMES). A reply that addresses the judge is not sent."""
+        prompts, messages, asked = [], [], []
+        screened = [addresses_judge(str(item["reply"])) for item in items]
+        for item, found in zip(items, screened):
+            if found:
+                continue
+            asked.append(item)
             for first in (True, False):
                 msgs = judge_messages(str(item["question"]),
                                       _reference(item["answer"], item.get("aliases") or ()),
@@ -79,22 +102,65 @@ class Judge:
                 messages.append(msgs)
                 prompts.append(self.backend.render(msgs, None))
         gens = (self.cache.generate(self.backend, prompts, self.settings) if self.cache
-                else self.backend.generate(prompts, self.settings))
-        out = []
-        for i in range(len(items)):
-            pair = gens[2 * i:2 * i + 2]
-            raws = [g.text if g.finish_reason != "error" else "" for g in pair]
-            read = [parse_verdict(raw) for raw in raws]
-            verdicts = [v for v, _ in read]
+                else self.backend.generate(prompts, self.settings)) if prompts else []
+        base = {"model": self.name, "rubric_version": RUBRIC_VERSION}
+        out: list[dict[str, Any]] = []
+        pair = iter(range(0, len(gens), 2))
+        for found in screened:
+            if found:
+                out.append({**base, "prompts": [], "raw": [], "failed": [], "verdicts": [],
+                            "verdict": None,
+                            "consistent": False, "outcome": "judge_injection",
+                            "reason": f"not sent to the judge: the reply {found}"})
+                continue
+            i = next(pair)
+            read = [_reading(g) for g in gens[i:i + 2]]
+            verdicts = [v for v, _, _ in read]
+            failed = [g.finish_reason == "error" for g in gens[i:i + 2]]
             verdict = combine(verdicts)
-            out.append({"model": self.name, "rubric_version": RUBRIC_VERSION,
-                        "prompts": [json.dumps(messages[2 * i + j], ensure_ascii=False)
-                                    for j in range(2)],
-                        "raw": raws, "verdicts": verdicts, "verdict": verdict,
-                        "consistent": verdict is not None,
-                        "reason": read[0][1] if verdict is not None else
-                        "the two orders disagree or give no verdict"})
+            outcome = ("infra" if any(failed) else "undecided" if None in verdicts
+                       else "inconsistent" if verdict is None else "verdict")
+            why = next((w for v, _, w in read if v is None), "") or \
+                ("the two orders disagree" if verdict is None else read[0][2])
+            out.append({**base, "prompts": [json.dumps(messages[i + j], ensure_ascii=False)
+                                            for j in range(2)],
+                        "raw": [raw for _, raw, _ in read], "failed": failed,
+                        "verdicts": verdicts, "verdict": verdict,
+                        "consistent": verdict is not None, "outcome": outcome,
+                        "reason": why})
         return out
+
+
+def outcome_counts(judgements: list[dict[str, Any]]) -> dict[str, int]:
+    """How many judgements came to each outcome, and how many requests went out and
+    how many of those failed."""
+    counts = Counter(j["outcome"] for j in judgements)
+    return {"judged": len(judgements), **{o: counts[o] for o in OUTCOMES},
+            "requests": sum(len(j["prompts"]) for j in judgements),
+            "failed_requests": sum(sum(j["failed"]) for j in judgements)}
+
+
+def could_not_judge(counts: dict[str, int], what: str) -> EvalpipeError | None:
+    """Why judging `what` failed as a whole, or None. Every request to the judge failed
+    (it never answered): InfraError, exit 1. It answered, but not one reply it was asked
+    about got a verdict: NoVerdict, exit 4. Nothing to ask (no answer the rules left
+    undecided, or every such reply addressed the judge) is no failure."""
+    if not counts["requests"]:
+        return None
+    if counts["failed_requests"] == counts["requests"]:
+        return InfraError(f"judging {what}: every one of the {counts['requests']} requests "
+                          "to the judge failed; nothing was judged (run it again when the "
+                          "judge answers)")
+    if not counts["verdict"]:
+        return NoVerdict(f"judging {what}: the judge gave no verdict on any of the "
+                         f"{counts['judged'] - counts['judge_injection']} replies it was "
+                         f"asked about ({summary(counts)})")
+    return None
+
+
+def summary(counts: dict[str, int]) -> str:
+    """One phrase: the judgements by outcome."""
+    return ", ".join(f"{counts[o]} {o}" for o in OUTCOMES)
 
 
 def judge_run(run_dir: str | Path, judge: Judge, use: str = "undecided",
@@ -122,7 +188,7 @@ def judge_run(run_dir: str | Path, judge: Judge, use: str = "undecided",
     records = [{"cell_id": c, "question_id": qid, "repeat": r, "use": use, **g}
                for (c, qid, r), g in zip(keys, graded)]
     store.write_judgements(records)
-    return {"judged": len(records), "consistent": sum(r["consistent"] for r in records)}
+    return outcome_counts(records)
 
 
 def _item(q: Question, reply: str) -> dict[str, Any]:
@@ -133,7 +199,9 @@ def _item(q: Question, reply: str) -> dict[str, Any]:
 def judge_agreement(judge: Judge, labels: list[dict[str, Any]]) -> dict[str, Any]:
     """The judge's and the rules' agreement with a labelled set: Cohen's kappa and raw
     agreement on the items each decides (the judge: both orders agree; the rules: not
-    undecided), with how many that is."""
+    undecided), with how many that is; the judge's judgements by outcome; and the judge
+    as a tie-breaker: on the items the rules leave undecided, and the rules with the
+    judge's verdict where they abstain."""
     from sklearn.metrics import accuracy_score, cohen_kappa_score
 
     truth = [r["label"] == "right" for r in labels]
@@ -154,10 +222,16 @@ def judge_agreement(judge: Judge, labels: list[dict[str, Any]]) -> dict[str, Any
         return {"n": len(pairs), "of": len(truth), "raw_agreement": accuracy_score(t, p),
                 "kappa": None if kappa is None or math.isnan(kappa) else float(kappa)}
 
-    judge_row = measure([v["verdict"] for v in verdicts])
-    judge_row["inconsistent"] = sum(not v["consistent"] for v in verdicts)
+    judged = [v["verdict"] for v in verdicts]
+    judge_row = {**measure(judged), **outcome_counts(verdicts)}
+    undecided = [j if p is None else None for j, p in zip(judged, rules)]
     return {"judge_model": judge.name, "rubric_version": RUBRIC_VERSION,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "labels": len(labels),
             "judge": judge_row, "rules": measure(rules),
+            "judge_where_rules_undecided": {
+                **measure(undecided), "undecided": sum(p is None for p in rules)},
+            "rules_then_judge": measure([j if p is None else p
+                                         for j, p in zip(judged, rules)]),
             "items": [{"id": r.get("id"), "label": r["label"], "judge": v["verdict"],
-                       "rules": p, "raw": v["raw"]} for r, v, p in zip(labels, verdicts, rules)]}
+                       "outcome": v["outcome"], "rules": p, "raw": v["raw"]}
+                      for r, v, p in zip(labels, verdicts, rules)]}

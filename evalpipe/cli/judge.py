@@ -51,10 +51,14 @@ def _settings(judge_file: str | None, model: str | None, run_dir: str | None) ->
 def judge(run_dir, judge_file, model, use, agreement, labels, limit):
     """Grade RUN_DIR's free-form answers with a model-graded judge (where the rules
     abstain, or all with --use all), record judgements.jsonl and re-score the run; with
-    --agreement, print the judge's agreement with a labelled set next to the rules'."""
+    --agreement, print the judge's agreement with a labelled set next to the rules'.
+
+    Exit 1 when every request to the judge failed, 4 when it answered but gave no
+    verdict on any reply it was asked about (judgements, scores and judge.json are
+    written first); 0 when at least one verdict came back, or nothing needed one."""
     from evalpipe.cache import GenerationCache
     from evalpipe.errors import InputError
-    from evalpipe.judge import Judge, judge_agreement, judge_run
+    from evalpipe.judge import Judge, could_not_judge, judge_agreement, judge_run, summary
     from evalpipe.runner import agreement_line, score_run
     from evalpipe.scoring.agreement import GRADING as LABELS
     from evalpipe.scoring.agreement import load_labels
@@ -66,17 +70,25 @@ def judge(run_dir, judge_file, model, use, agreement, labels, limit):
     settings = _settings(judge_file, model, run_dir)
     cache = GenerationCache()
     grader = Judge(settings["model"], settings.get("max_new_tokens") or 64, cache)
+    failures = []
     if run_dir is not None:
         counts = judge_run(run_dir, grader, use or settings.get("use") or "undecided",
                            echo=echo)
         score_run(RunStore(run_dir))
-        echo(f"judged {counts['judged']} answers ({counts['consistent']} consistent in "
-                   f"both orders); wrote {run_dir}/judgements.jsonl and re-scored")
+        echo(f"judged {counts['judged']} answers ({summary(counts)}); wrote "
+             f"{run_dir}/judgements.jsonl and re-scored")
+        failures.append(could_not_judge(counts, run_dir))
     if agreement:
         path = labels or settings.get("labels") or str(LABELS)
         rows = load_labels(path)[:limit] if limit else load_labels(path)
         measured = judge_agreement(grader, rows)
         echo(agreement_line(measured))
+        echo(f"the judge on {measured['labels']} labelled replies: "
+             f"{summary(measured['judge'])}")
         if run_dir is not None:
             RunStore(run_dir).write_json("judge.json", {**measured, "labels_path": path})
             echo(f"wrote {run_dir}/judge.json")
+        failures.append(could_not_judge(measured["judge"], path))
+    failure = next((f for f in failures if f is not None), None)
+    if failure is not None:
+        raise failure

@@ -72,7 +72,7 @@ DISPLAY_ORDER = ("correct", "infra_error", "tool_failure", SCORER_ERROR,
 FLAGS = (
     "wrong_language", "abstained", "correct_without_retrieval", "repaired_format",
     "parallel_calls", "truncated_tool_output", "number_words", "length_limit", "tool_error",
-    "repeated_call", "judged", "undecided",
+    "repeated_call", "judged", "undecided", "judge_injection",
 )
 
 

@@ -17,6 +17,7 @@ from evalpipe.scoring.answers.extract import detect_language
 from evalpipe.scoring.answers.match import AnswerMatch, Gold, make_gold, match_answer
 from evalpipe.scoring.categories import Facts, decide
 from evalpipe.scoring.cost import sample_cost
+from evalpipe.scoring.judging import recorded_verdict
 from evalpipe.scoring.plan import Executed, PlanResult, executed_calls, match_plan, tool_failed
 from evalpipe.scoring.retrieval_metrics import covers, retrieval_scores
 
@@ -272,12 +273,14 @@ def facts(sample: SampleRecord, question: Question, gold: Gold, m: AnswerMatch,
 
 def flags(question: Question, gold: Gold, final: str, m: AnswerMatch, calls: CallStats,
           retrieval: RetrievalStage, stop_reason: str, verdict_source: str = "rules",
-          repeated_call: bool = False) -> list[str]:
+          repeated_call: bool = False, judge_injection: bool = False) -> list[str]:
     out = []
     if verdict_source == "judge":
         out.append("judged")
     elif verdict_source == "rules_undecided" and gold.answer_type != "calls":
         out.append("undecided")
+    if judge_injection:
+        out.append("judge_injection")
     if repeated_call:
         out.append("repeated_call")
     if gold.lang in DETECTED_LANGUAGES and final:
@@ -314,9 +317,10 @@ def calls_verdict(calls: CallStats, plan: PlanStage) -> bool:
 def apply_judgement(m: AnswerMatch, judgement: dict[str, Any] | None
                     ) -> tuple[AnswerMatch, str]:
     """The answer verdict and where it came from: "judge" when a recorded judgement gives
-    a consistent verdict, else "rules" (or "rules_undecided" where the rules abstain)."""
-    verdict = judgement.get("verdict") if judgement else None
-    if isinstance(verdict, bool):
+    a verdict the scorer trusts (scoring/judging.py recorded_verdict), else "rules" (or
+    "rules_undecided" where the rules abstain)."""
+    verdict = recorded_verdict(judgement)
+    if verdict is not None:
         return replace(m, exact=verdict, strict=m.strict and verdict,
                        lenient=m.lenient or verdict), "judge"
     return m, "rules" if m.decided else "rules_undecided"
@@ -395,7 +399,8 @@ def score_sample(sample: SampleRecord, question: Question, k: int = 3,
         "why": ScoredWhy(rung=verdict.rung, reason=verdict.reason, facts=f.as_dict(),
                          plan=_plan_why(plan)),
         "flags": flags(question, gold, final, m, calls, retrieval,
-                       sample.get("stop_reason") or "", verdict_source, plan.repeated),
+                       sample.get("stop_reason") or "", verdict_source, plan.repeated,
+                       bool(judgement and judgement.get("outcome") == "judge_injection")),
         "cost": sample_cost(sample),
         "schema_version": SCHEMA_VERSION,
     }
@@ -406,7 +411,7 @@ def _judge_record(judgement: dict[str, Any] | None) -> dict[str, Any] | None:
     if not judgement:
         return None
     return {k: judgement.get(k) for k in ("model", "verdict", "verdicts", "consistent",
-                                           "reason", "raw", "use")}
+                                           "outcome", "reason", "raw", "use")}
 
 
 def _plan_why(plan: PlanStage) -> dict[str, Any] | None:
