@@ -115,13 +115,16 @@ def score(run_dir: str | Path, *, k: int | None = None) -> dict[str, Any]:
 def compare(a: str | Path, b: str | Path, *, threshold: float = 0.02, strict: bool = False,
             resamples: int = 2000, seed: int = 0, allow_partial: bool = False) -> Comparison:
     """Paired comparison of run B against baseline run A; `.regressions` lists what
-    the regression gate would fail on."""
-    from evalpipe._report.compare import compare_runs
+    the regression gate would fail on. With `strict`, runs that are not the same
+    experiment raise CompareRefused, whose `.comparison` is what could be computed."""
+    from evalpipe._report.compare import CompareRefused, compare_runs
     from evalpipe._report.load import load_run
 
-    return compare_runs(load_run(a, allow_partial), load_run(b, allow_partial),
-                        threshold=threshold, strict=strict,
-                        resamples=resamples, seed=seed)
+    cmp = compare_runs(load_run(a, allow_partial), load_run(b, allow_partial),
+                       threshold=threshold, strict=strict, resamples=resamples, seed=seed)
+    if cmp.refused:
+        raise CompareRefused(cmp)
+    return cmp
 
 
 __all__ = ["RunResult", "compare", "load", "report", "run", "score", "validate"]

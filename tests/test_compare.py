@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from report_fixtures import BASE, MODEL, TOOLS, make_run_a, samples_a, settings_of, write_run
 from synth import call, make_sample
 
+from evalpipe import api
 from evalpipe._report.compare import (
     CompareRefused,
     cluster_bootstrap,
@@ -20,6 +21,7 @@ from evalpipe._report.compare import (
     render_markdown,
     render_text,
     settings_diff,
+    summary_line,
 )
 from evalpipe._report.load import load_run
 from evalpipe.cli import main
@@ -139,8 +141,14 @@ def test_fingerprint_mismatch_warns_or_refuses(run_a, tmp_path):
     assert "fingerprints differ" in cmp.warnings[0]
     assert "generation.max_new_tokens: '<absent>' -> 128" in cmp.warnings[0]
     assert {c.matched_by for c in cmp.cells} == {"fingerprint", "cell_id"}
-    with pytest.raises(CompareRefused):
-        compare_runs(load_run(run_a), load_run(b), strict=True)
+    assert cmp.refused == []
+    strict = compare_runs(load_run(run_a), load_run(b), strict=True)
+    assert len(strict.refused) == 1 and "fingerprints differ" in strict.refused[0]
+    assert strict.warnings == [] and len(strict.cells) == 2  # paired anyway, for the report
+    assert summary_line(strict).startswith("verdict: REFUSED (--strict)")
+    with pytest.raises(CompareRefused) as refused:
+        api.compare(run_a, b, strict=True)
+    assert refused.value.comparison.refused == strict.refused
 
 
 def test_renamed_cell_matches_by_fingerprint(run_a, tmp_path):
@@ -241,8 +249,7 @@ def test_runs_without_fingerprints_pair_by_cell_id(run_a, tmp_path):
     assert {c.matched_by for c in cmp.cells} == {"cell_id"}
     assert all("no fingerprint recorded in B" in w for w in cmp.warnings)
     assert len(cmp.warnings) == 2
-    with pytest.raises(CompareRefused):
-        compare_runs(load_run(run_a), load_run(b), strict=True)
+    assert len(compare_runs(load_run(run_a), load_run(b), strict=True).refused) == 2
 
 
 def test_compare_help_prints_95_percent_once():

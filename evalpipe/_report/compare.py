@@ -45,7 +45,13 @@ MOSTLY = 0.5  # a run whose matched cells are more than half infra errors is not
 
 
 class CompareRefused(InputError):
-    """--strict and the runs' cells are not the same experiment."""
+    """--strict and the runs' cells are not the same experiment. `comparison` holds what
+    could be computed anyway (every cell paired as without --strict), for the report."""
+
+    def __init__(self, comparison: Comparison):
+        self.comparison = comparison
+        super().__init__("--strict: cells are not the same experiment: "
+                         + " | ".join(comparison.refused))
 
 
 # -- statistics --------------------------------------------------------------------------------
@@ -123,6 +129,9 @@ class Comparison:
     repeats_b: int = 1
     # Why the gate cannot judge these runs, most basic reason first; [] when it can.
     not_compared: list[str] = field(default_factory=list)
+    # Why --strict refuses these runs (not the same experiment); [] when it does not. The
+    # cells are then paired as without --strict, so the report shows what changed.
+    refused: list[str] = field(default_factory=list)
 
     @property
     def comparable(self) -> bool:
@@ -138,6 +147,7 @@ class Comparison:
         d = asdict(self)
         d["regressions"] = [{"cell": c, "metric": m.metric, "diff": m.diff, "lo": m.lo,
                              "hi": m.hi} for c, m in self.regressions]
+        d["verdict"] = summary_line(self)
         return d
 
 
@@ -180,10 +190,11 @@ def served_change(a: Any, b: Any) -> str:
 
 
 def match_cells(a: RunData, b: RunData, strict: bool = False
-                ) -> tuple[list[tuple[str, str, str]], list[str]]:
-    """[(a_cell, b_cell, how)] and warnings. A cell pairs with the B cell of the same
-    fingerprint; failing that, with the B cell of the same id (a warning names the
-    settings that differ; refused with strict)."""
+                ) -> tuple[list[tuple[str, str, str]], list[str], list[str]]:
+    """[(a_cell, b_cell, how)], warnings, and with strict what makes the runs not the
+    same experiment. A cell pairs with the B cell of the same fingerprint; failing that,
+    with the B cell of the same id (a warning names the settings that differ; with
+    strict, a reason to refuse the comparison instead)."""
     warnings: list[str] = []
     b_by_fp: dict[str, str] = {}
     for c in b.cells():
@@ -193,7 +204,7 @@ def match_cells(a: RunData, b: RunData, strict: bool = False
     b_cells = set(b.cells())
     used: set[str] = set()
     matches = []
-    refused = []
+    refused: list[str] = []
     for c in a.cells():
         fp = a.cell_info(c).get("fingerprint")
         if fp and fp in b_by_fp and b_by_fp[fp] not in used:
@@ -218,12 +229,9 @@ def match_cells(a: RunData, b: RunData, strict: bool = False
             else:
                 msg = (f"cell {c!r}: fingerprints differ ({fp} vs {fp_b}); matched by cell id; "
                        f"{what}")
-            if strict:
-                refused.append(msg)
-            else:
-                warnings.append(msg)
-                matches.append((c, c, "cell_id"))
-                used.add(c)
+            (refused if strict else warnings).append(msg)
+            matches.append((c, c, "cell_id"))
+            used.add(c)
         else:
             warnings.append(f"cell {c!r} is only in A; not compared")
     for c in b.cells():
@@ -234,10 +242,7 @@ def match_cells(a: RunData, b: RunData, strict: bool = False
         if changed:
             msg = f"cell {cb!r}: the served model changed ({changed})"
             (refused if strict else warnings).append(msg)
-    if refused:
-        raise CompareRefused("--strict: cells are not the same experiment: "
-                             + " | ".join(refused))
-    return matches, warnings
+    return matches, warnings, refused
 
 
 def _question_sets(a: RunData, b: RunData) -> tuple[list[str], list[str], list[str], list[str]]:
@@ -344,7 +349,7 @@ def _cell_comparison(a_cell: str, b_cell: str, how: str, pairs: list[Pair],
 
 def compare_runs(a: RunData, b: RunData, *, threshold: float = 0.02, strict: bool = False,
                  resamples: int = 2000, seed: int = 0) -> Comparison:
-    matches, warnings = match_cells(a, b, strict)
+    matches, warnings, refused = match_cells(a, b, strict)
     shared, only_a, only_b, changed = _question_sets(a, b)
     if only_a or only_b or changed:
         warnings.append(
@@ -385,7 +390,8 @@ def compare_runs(a: RunData, b: RunData, *, threshold: float = 0.02, strict: boo
     return Comparison(a.run_id, b.run_id, str(a.path), str(b.path), a.k, threshold, resamples,
                       seed, warnings, cells, pooled, len(shared), only_a, only_b, changed,
                       repeats_a=a.repeats, repeats_b=b.repeats,
-                      not_compared=_not_compared(a, b, matches, shared, compared))
+                      not_compared=_not_compared(a, b, matches, shared, compared),
+                      refused=refused)
 
 
 def _not_compared(a: RunData, b: RunData, matches: list[tuple[str, str, str]],
@@ -485,6 +491,52 @@ HEADER = ["metric", "n", "A %", "B %", "diff pts", "95% CI", "noise floor", "los
           "McNemar p", "verdict"]
 
 
+@dataclass
+class GateEntry:
+    """What the gate made of one metric of one matched cell (or of the pooled row)."""
+
+    cell: str  # the cell's title: its id, "A -> B" when renamed, or POOLED
+    metric: str  # as shown: exact, format_valid, plan_exact, recall@3
+    status: str  # passed | improved | regressed | no pairs | not compared | refused
+    delta: str  # the difference in a line: A, B, diff and interval over n pairs
+    reason: str  # why it is not passed ("" when passed or improved)
+    figures: list[str]  # HEADER's columns after the metric's name ("-" where none)
+
+
+def gate_entries(cmp: Comparison) -> list[GateEntry]:
+    """One entry per matched cell (then the pooled row) and gated metric, in the order
+    of the report: what a CI system shows as one test each (JUnit XML, step summary). A
+    refused or not compared comparison gives every entry that status and the reason,
+    beside the figures it could compute."""
+    gate = summary_line(cmp).removeprefix("verdict: ")
+    out = []
+    for cc in cmp.cells + ([cmp.pooled] if cmp.pooled else []):
+        title = (POOLED if cc.matched_by == "pooled" else cc.b_cell if cc.a_cell == cc.b_cell
+                 else f"{cc.a_cell} -> {cc.b_cell}")
+        for m in cc.metrics:
+            name = _metric_name(m.metric, cmp.k)
+            ci = f"[{_pct(m.lo, True)}, {_pct(m.hi, True)}]" if m.n else "-"
+            flips = "-" if m.a_only is None else f"{m.a_only}/{m.b_only}"
+            figures = [str(m.n), _pct(m.a), _pct(m.b), _pct(m.diff, True), ci,
+                       _pct(m.noise_floor), flips, _p(m)]
+            delta = (f"A {_pct(m.a)}% -> B {_pct(m.b)}%: {_pct(m.diff, True)} pts, 95% CI {ci}, "
+                     f"{m.n} pairs" if m.n else "no pair where this metric applies")
+            if cmp.refused:
+                status, reason = "refused", gate
+            elif cmp.not_compared:
+                status, reason = "not compared", gate
+            elif not m.n:
+                status, reason = "no pairs", delta
+            elif m.regression:
+                status = "regressed"
+                reason = (f"regression: the drop is over {100 * cmp.threshold:.1f} pts and the "
+                          "whole 95% interval is below zero")
+            else:
+                status, reason = ("improved" if m.improvement else "passed"), ""
+            out.append(GateEntry(title, name, status, delta, reason, figures))
+    return out
+
+
 def _unit_line(cmp: Comparison) -> str:
     """How the questions were resampled, and the noise floor's meaning."""
     if cmp.repeats_a == 1 and cmp.repeats_b == 1:
@@ -502,7 +554,7 @@ def _ids(ids: list[str], limit: int = 30) -> str:
 
 
 def render_text(cmp: Comparison) -> str:
-    out = [f"A: {cmp.run_a} ({cmp.path_a})", f"B: {cmp.run_b} ({cmp.path_b})",
+    out = [summary_line(cmp), f"A: {cmp.run_a} ({cmp.path_a})", f"B: {cmp.run_b} ({cmp.path_b})",
            (f"paired over {cmp.questions_shared} shared questions; bootstrap {cmp.resamples} "
             f"resamples, seed {cmp.seed}; gate: diff < -{100 * cmp.threshold:.1f} pts and "
             "upper 95% bound < 0"), _unit_line(cmp)]
@@ -529,7 +581,11 @@ def render_text(cmp: Comparison) -> str:
 
 
 def summary_line(cmp: Comparison) -> str:
+    """The verdict in one line: refused (--strict), not compared, a regression, or none."""
     regs = cmp.regressions
+    if cmp.refused:
+        return ("verdict: REFUSED (--strict): not the same experiment: "
+                + "; ".join(cmp.refused))
     if cmp.not_compared:
         return "verdict: NOT COMPARED: " + "; ".join(cmp.not_compared)
     if not regs:
@@ -546,7 +602,8 @@ def render_markdown(cmp: Comparison) -> str:
         return s.replace("|", "\\|")
 
     regs = cmp.regressions
-    icon = ":warning:" if cmp.not_compared else ":x:" if regs else ":white_check_mark:"
+    icon = ":warning:" if cmp.not_compared or cmp.refused else \
+        ":x:" if regs else ":white_check_mark:"
     out = [f"## evalpipe compare: `{cmp.run_a}` -> `{cmp.run_b}`\n",
            f"{icon} **{summary_line(cmp).removeprefix('verdict: ')}**\n",
            (f"Paired over {cmp.questions_shared} shared questions. Differences are B - A in "

@@ -58,11 +58,15 @@ def report(run_dir, fmt, out, plots_dir, standalone, max_samples, allow_partial)
               help="Bootstrap resamples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--junit", "junit", type=click.Path(dir_okay=False),
+              help="Also write a JUnit XML report here: one test per matched cell and gated "
+                   "metric (a regression fails; a comparison not judged is skipped, one "
+                   "refused by --strict is an error, each with the reason).")
 @click.option("--allow-partial", is_flag=True,
               help="Read a run that did not finish (running, interrupted or failed).")
 @handle_errors
 def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples, seed, out,
-            allow_partial):
+            junit, allow_partial):
     """Paired comparison of RUN_B against RUN_A (the baseline).
 
     Pairs samples by cell fingerprint and question id. Per metric: the
@@ -70,22 +74,22 @@ def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples,
     for binary metrics, the questions that flipped, and category moves.
     Exit codes: 0 ok, 3 regression with --fail-on-regression, 4 not compared with
     --fail-on-regression (nothing the gate could judge), 2 bad input, an unfinished run
-    (without --allow-partial) or refused with --strict, 1 other.
+    (without --allow-partial) or refused with --strict, 1 other. A comparison that is
+    refused or not compared still writes its report (and --junit), with the
+    reason first and the differences it could compute.
     """
-    import json
-
     from evalpipe import api
-    from evalpipe._report.compare import render_markdown, render_text
+    from evalpipe._report.compare import CompareRefused
 
-    cmp = api.compare(run_a, run_b, threshold=threshold, strict=strict, resamples=resamples,
-                      seed=seed, allow_partial=allow_partial)
-    if fmt == "md":
-        text = render_markdown(cmp)
-    elif fmt == "json":
-        text = json.dumps(cmp.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n"
-    else:
-        text = render_text(cmp)
-    write_output(text, out)
+    refused: CompareRefused | None = None
+    try:
+        cmp = api.compare(run_a, run_b, threshold=threshold, strict=strict,
+                          resamples=resamples, seed=seed, allow_partial=allow_partial)
+    except CompareRefused as exc:  # reported below, then the exit code it means
+        cmp, refused = exc.comparison, exc
+    write_comparison(cmp, fmt, out, junit)
+    if refused is not None:
+        raise refused
     if fail_on_regression and cmp.not_compared:
         more = len(cmp.not_compared) - 1
         raise NotCompared(f"regression gate: not compared: {cmp.not_compared[0]}"
@@ -93,3 +97,20 @@ def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples,
     if fail_on_regression and cmp.regressions:
         raise RegressionFound(f"regression gate: {len(cmp.regressions)} metric(s) regressed")
 
+
+def write_comparison(cmp, fmt: str, out: str | None, junit: str | None) -> None:
+    """The report (stdout or --out) and the JUnit XML of a comparison."""
+    import json
+
+    from evalpipe._report.ci import junit_xml
+    from evalpipe._report.compare import render_markdown, render_text
+
+    if fmt == "md":
+        text = render_markdown(cmp)
+    elif fmt == "json":
+        text = json.dumps(cmp.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n"
+    else:
+        text = render_text(cmp)
+    write_output(text, out)
+    if junit:
+        write_output(junit_xml(cmp).decode("utf-8"), junit)
