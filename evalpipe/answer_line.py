@@ -29,9 +29,15 @@ def instruction(lang: str | None) -> str:
 
 def final_answer_line(reply: str) -> str | None:
     """The text of the reply's last final-answer line, or None when it has none."""
+    span = final_answer_span(reply)
+    return None if span is None else reply[span[0]:span[1]]
+
+
+def final_answer_span(reply: str) -> tuple[int, int] | None:
+    """Where the answer of the reply's last final-answer line is, or None."""
     if ":" not in reply and "：" not in reply:
         return None
     found = None
     for m in _LINE.finditer(reply):
-        found = m.group("answer")
+        found = m.span("answer")
     return found

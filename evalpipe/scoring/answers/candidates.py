@@ -46,6 +46,9 @@ _LEAD = re.compile(
     r"có|có tất cả|tổng cộng|exactly|đúng|the answer is|answer|đáp án|kết quả)\s*[:]?\s*)?"
     r"[*_$\"'(\[]*$", re.IGNORECASE)
 _OPERATOR_AFTER = re.compile(r"\s*[-+*/×x÷^]\s*\d")
+# An answer the reply opens with goes on as an expression ("12 + 30 = 42"); a glued "4/5"
+# ("4/5 stars", "27/30 passed") is a count out of a total, whose first number answers.
+_EXPRESSION_AFTER = re.compile(r"\s*[-+*×x÷^]\s*\d|\s+/\s*\d")
 _OPERATOR_BEFORE = re.compile(r"[-+*/×x÷^]\s*$")
 # A self-correction: what follows replaces what came before.
 _CORRECTION = re.compile(
@@ -54,7 +57,21 @@ _CORRECTION = re.compile(
     r"|\bi\s+mean(?:t)?\b|\bcorrection\s*:|\blet me correct(?: that| myself)?\b"
     r"|\bscratch that\b|\bon second thought\b|\bmake that\b|\bactually\s*,"
     r"|à\s+không\b|à\s+nhầm\b|\bnhầm(?:\s+rồi)?\s*[,.!:]|\bý\s+(?:tôi|mình|em)\s+là\b"
-    r"|\bđính chính\s*:?|\bsửa lại\s*:?|\bđúng ra\s+là\b|\bxin lỗi\s*,\s*(?:là|đúng ra là)?)"
+    r"|\bđính chính\s*:?|\bsửa lại\s*:?|\bđúng ra\s+là\b|\bxin lỗi\s*,\s*(?:là|đúng ra là)?"
+    # an admitted mistake: "I mis-added", "I made an error", "that was wrong", "the correct
+    # result is", "Erratum:", "tôi cộng nhầm", "kết quả đúng là"
+    r"|\bmis-?(?:calculated|added|counted|read|typed|computed|multiplied|copied|stated|spoke)\b"
+    r"|\b(?:made|make)\s+(?:a|an)\s+(?:\w+\s+)?(?:mistake|error|typo|slip)\b"
+    r"|\b(?:that|this|it|which)(?:'s|’s|\s+is|\s+was)\s+(?:wrong|incorrect|a\s+mistake|an\s+error"
+    r"|a\s+typo|off)\b"
+    r"|\b(?:added|multiplied|subtracted|divided|counted|computed|calculated|summed)\s+"
+    r"(?:wrong(?:ly)?|incorrectly)\b"
+    r"|\b(?:the\s+)?correct(?:ed)?\s+(?:answer|result|value|total|figure|sum|number|one)"
+    r"\s*(?:is|was|should\s+be|would\s+be|:)"
+    r"|\bcorrection\b|\berratum\b|\b(?:edit|update)\s*:|\bshould\s+(?:have\s+been|read)\b"
+    r"|\b(?:tính|cộng|trừ|nhân|chia|đếm|đọc|ghi|viết|chép)\s+(?:nhầm|sai)\b"
+    r"|\b(?:kết quả|đáp án|đáp số|con số|số)\s+đúng\s+(?:phải\s+)?(?:là|bằng)\b"
+    r"|\bđúng\s+phải\s+là\b|\bnhầm\s+lẫn\b|\bbị\s+sai\b)"
     r"[\s:,]*", re.IGNORECASE)
 _RANGE_GAP = re.compile(
     r"\s*(?:-|–|—|~|to|through|đến|tới|or|hoặc|hay|hay là|and|và|\.\.\.?)\s*"
@@ -177,7 +194,7 @@ def answer_number(reply: str, numbers: list[Number], echoes: frozenset = frozens
             left = _left_of_equals(reply, kept, n)
             return (left, "equals_left") if left is not None else (n, "equals")
     first = kept[0]
-    if (_LEAD.match(reply[:first.start]) and not _OPERATOR_AFTER.match(reply, first.end)):
+    if _LEAD.match(reply[:first.start]) and not _EXPRESSION_AFTER.match(reply, first.end):
         return first, "leading"
     counted = {n.value: n for n in kept if unit_after(reply, n) in asked}
     if len(counted) == 1:
@@ -415,13 +432,49 @@ def inside_other_name(reply: str, span: tuple[int, int], phrase: str,
     return not all(w in NAME_PARTS for w in extra)
 
 
-def mask_other_names(reply: str, phrase: str, keys: tuple[str, ...]) -> str:
-    """The reply with the occurrences of a gold that are inside another name blanked."""
+def mask_other_names(reply: str, phrase: str, keys: tuple[str, ...],
+                     asked: frozenset = frozenset()) -> str:
+    """The reply with the occurrences of a gold that are inside another name, or that only
+    own a relation ("Khoa's colleague Bảo", `possessor`), blanked."""
     out = reply
     for start, end in raw_occurrences(reply, phrase):
-        if inside_other_name(reply, (start, end), phrase, keys):
+        if inside_other_name(reply, (start, end), phrase, keys) or possessor(
+                reply, start, end, asked):
             out = out[:start] + " " * (end - start) + out[end:]
     return out
+
+
+# People (and pets) named by their relation to someone: in "Khoa's colleague Bảo", "the
+# manager of Lan", "đồng nghiệp của anh Khoa", Khoa and Lan are not who the reply names.
+_RELATIONS_EN = (
+    r"colleague|co-?worker|teammate|team-mate|manager|boss|supervisor|deputy|assistant|intern"
+    r"|mentor|mentee|wife|husband|partner|spouse|brother|sister|son|daughter|father|mother|dad"
+    r"|mom|mum|friend|cousin|neighbou?r|roommate|flatmate|replacement|backup|substitute"
+    r"|stand-in|successor|predecessor|report|girlfriend|boyfriend|fianc[ée]e?|uncle|aunt|niece"
+    r"|nephew|child|kid|relative|cat|dog|pet|secretary|trainee|apprentice|student|tutor")
+_RELATIONS_VI = (
+    r"đồng nghiệp|sếp|quản lý|trưởng nhóm|trợ lý|thực tập sinh|người hướng dẫn|vợ|chồng"
+    r"|anh trai|chị gái|em trai|em gái|con trai|con gái|con|bố|mẹ|cha|bạn thân|bạn gái"
+    r"|bạn trai|bạn|hàng xóm|người thay thế|người thay|người trực thay|cấp dưới|cấp trên|mèo"
+    r"|chó|người yêu|phó|cộng sự|học trò|học viên|thư ký")
+_POSSESSIVE_AFTER = re.compile(
+    r"(?:'s|’s|'|’)\s+(?:[^\W\d_]+\s+)?(?P<rel>" + _RELATIONS_EN + r")s?\b", re.IGNORECASE)
+_OF_BEFORE = re.compile(
+    r"\b(?P<rel>" + _RELATIONS_EN + r")s?\s+of\s+$|(?:^|(?<=\W))(?P<rel_vi>" + _RELATIONS_VI
+    + r")\s+của\s+(?:(?:anh|chị|em|ông|bà|cô|chú|bác|bạn|thầy)\s+)?$", re.IGNORECASE)
+
+
+def possessor(reply: str, start: int, end: int, asked: frozenset = frozenset()) -> bool:
+    """The name at reply[start:end] only owns a relation ("Khoa's colleague", "the manager
+    of Lan", "đồng nghiệp của Khoa"): the person meant is someone else. Not when the question
+    asks about that relation ("Bảo là đồng nghiệp của ai?")."""
+    m = _POSSESSIVE_AFTER.match(reply, end)
+    if m is None:
+        m = _OF_BEFORE.search(reply, max(0, start - 40), start)
+    if m is None:
+        return False
+    relation = text_key(m.group("rel") or m.group("rel_vi") or "")
+    return not set(relation.split()) & asked
 
 
 def guesses_after(reply_key: str, phrase_key: str) -> bool:

@@ -31,7 +31,12 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 
-from evalpipe.scoring.answers.magnitude import scale_after, scaled_value, spelled_numbers
+from evalpipe.scoring.answers.magnitude import (
+    scale_after,
+    scaled_value,
+    spelled_fractions,
+    spelled_numbers,
+)
 from evalpipe.scoring.answers.normalize import strip_diacritics, text_key
 
 _SPACES = "\u0020\u00a0\u2009\u202f"
@@ -57,6 +62,8 @@ class Number:
     end: int
     scale: int = 1  # a magnitude written after it ("186k", "3 nghìn", "1.5M"): 1000, ...
     spelled: bool = False  # written in words ("forty-two", "hai trăm chín mươi tư")
+    fraction: bool = False  # an exact fraction ("1/3", "2 1/3", "⅔", "one third"): not rounded
+    percent: bool = False  # followed by "%", "percent", "phần trăm": also value / 100
 
 
 def _to_value(integer: str, fraction: str, sign: str) -> tuple[int | float, int]:
@@ -162,8 +169,11 @@ def _inside_word(ch: str) -> bool:
     return ch.isalnum() or ch in "_.,"
 
 
-def extract_numbers(text: str, lang: str = "en") -> list[Number]:
-    """Every number written with digits in a reply, in order."""
+def extract_numbers(text: str, lang: str = "en", fractions: bool = False) -> list[Number]:
+    """Every number written with digits in a reply, in order; with `fractions`, "1/3",
+    "2 1/3", "⅔", "one third", "hai phần ba" and "two point five" are read as one number
+    each (match.py asks for them where the gold is not a whole number: for a whole-number
+    gold "5/6 requests" stays the count 5 of 6)."""
     if not text:
         return []
     numbers: list[Number] = []
@@ -203,12 +213,87 @@ def extract_numbers(text: str, lang: str = "en") -> list[Number]:
         for value, alt, decimals in parsed:
             numbers.append(Number(value, alt, decimals, start, end))
     numbers = _joined_magnitudes(text, numbers)
+    if fractions:
+        numbers = _fractions(text, numbers)
     spelled = [Number(w.value, None, 0, w.start, w.end, spelled=True)
                for w in spelled_numbers(text) if not any(n.start < w.end and w.start < n.end
                                                          for n in numbers)]
+    if fractions:
+        words = spelled_fractions(text)
+        if words:
+            numbers = [n for n in numbers if not any(n.start < w.end and w.start < n.end
+                                                     for w in words)]
+            spelled = [n for n in spelled if not any(n.start < w.end and w.start < n.end
+                                                     for w in words)]
+            spelled += [Number(w.value, None, 0, w.start, w.end, spelled=True, fraction=True)
+                        for w in words]
     if spelled:
         numbers = sorted(numbers + spelled, key=lambda n: n.start)
+    for n in numbers:
+        if _PERCENT.match(text, n.end):
+            n.percent = True
     return numbers
+
+
+_PERCENT = re.compile(r"[ \u00a0]*(?:%|percent\b|per cent\b|phần trăm\b)", re.IGNORECASE)
+_SLASH = frozenset("/\u2044")  # "1/3", "1⁄3"
+_VULGAR = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4), "⅕": (1, 5),
+           "⅖": (2, 5), "⅗": (3, 5), "⅘": (4, 5), "⅙": (1, 6), "⅚": (5, 6), "⅛": (1, 8),
+           "⅜": (3, 8), "⅝": (5, 8), "⅞": (7, 8)}
+_VULGAR_RE = re.compile("[" + "".join(_VULGAR) + "]")
+_SPACED_PAIR = re.compile(r"-?\d+[ \u00a0]\d+")
+_MIXED_GAP = re.compile(r"[ \u00a0]+(?:(?:and|và)[ \u00a0]+)?")
+_DATE_BEFORE = re.compile(r"(?:ngày|tháng|date|on|since|until|từ|đến)\s*$|\d[/.-]$",
+                          re.IGNORECASE)
+
+
+def _whole(n: Number) -> bool:
+    return (isinstance(n.value, int) and n.scale == 1 and not n.spelled and not n.fraction
+            and n.alt is None)
+
+
+def _fraction_number(whole: Number | None, top: float, bottom: float, start: int,
+                     end: int) -> Number:
+    value = top / bottom
+    if whole is not None:
+        value = whole.value + math.copysign(value, whole.value)
+        start = whole.start
+    exact: int | float = int(value) if value.is_integer() else value
+    return Number(exact, None, 0, start, end, fraction=True)
+
+
+def _fractions(text: str, numbers: list[Number]) -> list[Number]:
+    """Digit fractions as one number: "1/3", "2 1/3" and "2 and 1/3" (a proper fraction
+    after a whole number), "⅔", "2⅓". Not dates ("3/4/2024", "ngày 3/4"), not "24/7"."""
+    out: list[Number] = []
+    i = 0
+    while i < len(numbers):
+        n = numbers[i]
+        nxt = numbers[i + 1] if i + 1 < len(numbers) else None
+        if (nxt is not None and _whole(n) and _whole(nxt) and nxt.value > 0
+                and text[n.end:nxt.start] in _SLASH
+                and not _DATE_BEFORE.search(text, max(0, n.start - 8), n.start)
+                and not (nxt.end < len(text) and text[nxt.end] in _SLASH)
+                and (n.value, nxt.value) != (24, 7)):
+            before = out[-1] if out and _whole(out[-1]) and 0 <= n.value < nxt.value else None
+            whole = before if before is not None and (
+                _MIXED_GAP.fullmatch(text[before.end:n.start])
+                or ((before.start, before.end) == (n.start, n.end)  # one run: "2 1"/3
+                    and _SPACED_PAIR.fullmatch(text[n.start:n.end]))) else None
+            if whole is not None:
+                out.pop()
+            out.append(_fraction_number(whole, n.value, nxt.value, n.start, nxt.end))
+            i += 2
+            continue
+        out.append(n)
+        i += 1
+    for m in _VULGAR_RE.finditer(text):
+        top, bottom = _VULGAR[m.group()]
+        whole = next((n for n in out if n.end == m.start() and _whole(n)), None)
+        if whole is not None:
+            out.remove(whole)
+        out.append(_fraction_number(whole, top, bottom, m.start(), m.end()))
+    return sorted(out, key=lambda n: n.start)
 
 
 _JOIN = re.compile(r"(?:[ \u00a0]+(?:and|và|lẻ|linh)?)?[ \u00a0]*$")
@@ -223,9 +308,26 @@ def _joined_magnitudes(text: str, numbers: list[Number]) -> list[Number]:
         if (last is not None and last.scale > n.scale > 1 and isinstance(last.value, int)
                 and isinstance(n.value, int) and _JOIN.match(text[last.end:n.start])):
             out[-1] = Number(last.value + n.value, None, 0, last.start, n.end, n.scale)
+        elif (last is not None and last.scale > 1 and n.scale == 1 and isinstance(n.value, int)
+              and isinstance(last.value, int) and n.value >= 0
+              and _SPOKEN_SCALE.search(text, last.start, last.end)
+              and re.fullmatch(r"[ \u00a0]+", text[last.end:n.start])
+              and re.fullmatch(r"\d{1,3}", text[n.start:n.end])
+              and _SPOKEN_END.match(text, n.end)):
+            # "6 triệu 9", "2 tỷ 35": the digits after the magnitude word fill its next places
+            places = 10 ** (n.end - n.start)
+            out[-1] = Number(last.value + n.value * last.scale // places, None, 0, last.start,
+                             n.end, last.scale)
         else:
             out.append(n)
     return out
+
+
+# A Vietnamese magnitude word that spoken amounts continue with digits ("6 triệu 9"), and
+# what may follow those digits: the end, punctuation or a currency.
+_SPOKEN_SCALE = re.compile(r"(?:triệu|tỷ|tỉ|nghìn|ngàn)$", re.IGNORECASE)
+_SPOKEN_END = re.compile(r"[ \u00a0]*(?:$|[.,;:!?)\n]|(?:đồng|đ|vnd|vnđ|usd)(?![^\W\d_]))",
+                         re.IGNORECASE)
 
 
 def last_number(text: str, lang: str = "en") -> Number | None:

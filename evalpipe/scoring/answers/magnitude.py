@@ -22,15 +22,18 @@ from decimal import Decimal
 SCALE_WORDS = {
     "hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9, "trillion": 10**12,
     "trăm": 100, "nghìn": 1000, "ngàn": 1000, "ngh": 1000, "triệu": 10**6, "tỷ": 10**9,
-    "tỉ": 10**9,
+    "tỉ": 10**9, "mln": 10**6, "mn": 10**6, "bln": 10**9,
 }
 _SCALE_WORD_RE = re.compile(
-    r"[ \u00a0]*(hundred|thousand|million|billion|trillion|trăm|nghìn|ngàn|triệu|tỷ|tỉ)"
+    r"[ \u00a0]*(hundred|thousand|million|billion|trillion|trăm|nghìn|ngàn|triệu|tỷ|tỉ|mln|mn|bln)"
     r"(?![^\W\d_])", re.IGNORECASE)
 # glued suffixes: k/K thousand, M million (m is metres), B/bn billion, tr triệu; never
 # followed by a letter ("3MB", "5kg", "10ms", "2tri")
-_SUFFIX_RE = re.compile(r"(k|K|M|B|bn|tr)(?![^\W\d_])")
-_SUFFIX = {"k": 1000, "K": 1000, "M": 10**6, "B": 10**9, "bn": 10**9, "tr": 10**6}
+_SUFFIX_RE = re.compile(r"(k|K|M|B|bn|tr|mn|mln)(?![^\W\d_])")
+_SUFFIX = {"k": 1000, "K": 1000, "M": 10**6, "B": 10**9, "bn": 10**9, "tr": 10**6,
+           "mn": 10**6, "mln": 10**6}
+# "2 triệu rưỡi": and a half of the magnitude
+_HALF_RE = re.compile(r"[ \u00a0]+rưỡi(?![^\W\d_])", re.IGNORECASE)
 # "2tr5": colloquial Vietnamese for 2.5 triệu
 _TR_DIGIT_RE = re.compile(r"tr(\d)(?!\d)")
 
@@ -53,7 +56,15 @@ def scale_after(text: str, end: int) -> Scale | None:
         return Scale(_SUFFIX[m.group(1)], m.end())
     m = _SCALE_WORD_RE.match(text, end)
     if m:
-        return Scale(SCALE_WORDS[m.group(1).lower()], m.end(), word=True)
+        factor, end = SCALE_WORDS[m.group(1).lower()], m.end()
+        # "trăm nghìn", "nghìn tỷ", "hundred thousand": compound magnitudes multiply
+        while (more := _SCALE_WORD_RE.match(text, end)) is not None and \
+                SCALE_WORDS[more.group(1).lower()] > factor:
+            factor, end = factor * SCALE_WORDS[more.group(1).lower()], more.end()
+        half = _HALF_RE.match(text, end)
+        if half:
+            return Scale(factor, half.end(), 5, word=True)
+        return Scale(factor, end, word=True)
     return None
 
 
@@ -202,3 +213,67 @@ def spelled_as_digits(text: str) -> str:
         out += [text[last:w.start], str(w.value)]
         last = w.end
     return "".join(out) + text[last:]
+
+
+# --- fractions and decimals in words -------------------------------------------------------
+
+_EN_DENOMINATORS = {"half": 2, "halves": 2, "third": 3, "quarter": 4, "fourth": 4, "fifth": 5,
+                    "sixth": 6, "seventh": 7, "eighth": 8, "ninth": 9, "tenth": 10,
+                    "hundredth": 100, "thousandth": 1000}
+_EN_SMALL = {"a": 1, "an": 1, **{w: v for w, v in _EN_UNITS.items() if 0 < v <= 12}}
+_VI_SMALL = {"một": 1, "hai": 2, "ba": 3, "bốn": 4, "tư": 4, "năm": 5, "sáu": 6, "bảy": 7,
+             "tám": 8, "chín": 9, "mười": 10}
+_SMALL = "|".join(sorted({*_EN_SMALL, *_VI_SMALL}, key=len, reverse=True))
+_DEN_EN = "|".join(sorted(_EN_DENOMINATORS, key=len, reverse=True))
+_DEN_VI = "|".join(sorted({*_VI_SMALL} - {"một"}, key=len, reverse=True))
+_WHOLE = rf"(?P<whole>\d+|{_SMALL})[ \u00a0]+(?:and|và)[ \u00a0]+"
+_SPELLED_FRACTION = re.compile(
+    rf"(?<![\w.,])(?:{_WHOLE})?(?:"
+    rf"(?P<num>\d+|{_SMALL})[ \u00a0-]+(?P<den>{_DEN_EN})s?"  # "two thirds", "a quarter"
+    rf"|(?P<vnum>\d+|{_SMALL})[ \u00a0]+phần[ \u00a0]+(?P<vden>\d+|{_DEN_VI})"  # "hai phần ba"
+    rf"|(?P<half>(?:một[ \u00a0]+)?nửa|half))(?![\w])", re.IGNORECASE)
+# "two point five", "hai phẩy năm", "2 phẩy 5": a decimal said in words
+_DIGIT_WORDS = {**{w: v for w, v in _EN_UNITS.items() if v <= 9}, "oh": 0,
+                **_VI_DIGITS}
+_DIGIT = "|".join(sorted(_DIGIT_WORDS, key=len, reverse=True))
+_SPELLED_DECIMAL = re.compile(
+    rf"(?<![\w.,])(?P<int>\d+|{_SMALL}|zero|không)[ \u00a0]+(?:point|phẩy)"
+    rf"(?P<digits>(?:[ \u00a0]+(?:\d+|{_DIGIT}))+)(?![\w])", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class SpelledValue:
+    value: float
+    start: int
+    end: int
+
+
+def _small(word: str) -> int:
+    w = word.lower()
+    return int(w) if w.isdigit() else _EN_SMALL.get(w) or _VI_SMALL[w]
+
+
+def spelled_fractions(text: str) -> list[SpelledValue]:
+    """Fractions and decimals said in words, in order: "one third", "two and a half",
+    "một phần ba", "ba phần tư", "một nửa", "2 phần 3", "two point five", "hai phẩy năm"."""
+    out = []
+    for m in _SPELLED_FRACTION.finditer(text):
+        if m.group("half"):
+            value = 0.5
+        elif m.group("den"):
+            value = _small(m.group("num")) / _EN_DENOMINATORS[m.group("den").lower()]
+        else:
+            den = m.group("vden")
+            value = _small(m.group("vnum")) / (int(den) if den.isdigit() else _VI_SMALL[
+                den.lower()])
+        whole = m.group("whole")
+        out.append(SpelledValue((_small(whole) if whole else 0) + value, m.start(), m.end()))
+    for m in _SPELLED_DECIMAL.finditer(text):
+        if any(m.start() < s.end and s.start < m.end() for s in out):
+            continue
+        head = m.group("int").lower()
+        whole = 0 if head in ("zero", "không") else _small(head)
+        digits = "".join(w if w.isdigit() else str(_DIGIT_WORDS[w.lower()])
+                         for w in m.group("digits").split())
+        out.append(SpelledValue(float(f"{whole}.{digits}"), m.start(), m.end()))
+    return sorted(out, key=lambda s: s.start)

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from evalpipe.answer_line import final_answer_line
-from evalpipe.scoring.answers import candidates, quantities
+from evalpipe.answer_line import final_answer_span
+from evalpipe.scoring.answers import candidates, latex, quantities
 from evalpipe.scoring.answers.abstention import abstention
 from evalpipe.scoring.answers.extract import (
     Number,
@@ -46,7 +46,7 @@ from evalpipe.scoring.answers.extract import (
     abstain_phrase_loose,
     extract_numbers,
 )
-from evalpipe.scoring.answers.magnitude import spelled_as_digits
+from evalpipe.scoring.answers.magnitude import SCALE_WORDS, spelled_as_digits
 from evalpipe.scoring.answers.normalize import contains_phrase, strip_diacritics, text_key
 from evalpipe.scoring.answers.quantities import Amount, Date
 
@@ -86,6 +86,7 @@ class Gold:
     question_words: frozenset = frozenset()  # its words, text_key form ("how many requests")
     texts: tuple[str, ...] = ()  # the answer and aliases as written (names, identifiers)
     value: GoldValue | None = None  # a date, duration or amount: compared by value
+    question_scales: frozenset[int] = frozenset()  # the unit asked in: "how many million"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,15 +99,26 @@ class GoldValue:
     clock: bool = False  # a duration gold written "2:40": read "H:MM" in replies as one
     amounts: tuple[Amount, ...] = ()
     question_years: frozenset[int] = frozenset()
+    times: tuple[frozenset[int], ...] = ()  # times of day (quantities.find_times)
+    hours_alone: bool = False  # the question asks a time of day: "3 giờ" is 3 o'clock
 
 
 def gold_value(texts: list[str], lang: str, question: str) -> GoldValue | None:
     dates, durations, amounts, clock = [], [], [], False
+    times: list[frozenset[int]] = []
+    asks_time = quantities.asks_time_of_day(question)
     for text in texts:
         found = quantities.find_dates(text, lang)
         if len(found) == 1 and quantities.whole(text, found[0].start, found[0].end):
             dates.append(found[0])
             continue
+        # "2 giờ 40 phút" is a time of day or a duration: the question says which, and
+        # when it says neither, the reply may give either
+        clocks = quantities.find_times(text, hours_alone=True) if asks_time is not False else []
+        if len(clocks) == 1 and quantities.whole(text, clocks[0].start, clocks[0].end):
+            times.append(clocks[0].minutes)
+            if asks_time:
+                continue
         spans = quantities.find_durations(text, clock=True)
         if len(spans) == 1 and quantities.whole(text, spans[0].start, spans[0].end):
             durations.append(spans[0].seconds)
@@ -115,10 +127,11 @@ def gold_value(texts: list[str], lang: str, question: str) -> GoldValue | None:
         amount = quantities.gold_amount(text, lang)
         if amount is not None:
             amounts.append(amount)
-    if not (dates or durations or amounts):
+    if not (dates or durations or amounts or times):
         return None
     years = frozenset(int(y) for y in re.findall(r"(?<!\d)\d{4}(?!\d)", question))
-    return GoldValue(tuple(dates), tuple(durations), clock, tuple(amounts), years)
+    return GoldValue(tuple(dates), tuple(durations), clock, tuple(amounts), years,
+                     tuple(times), bool(asks_time))
 
 
 @dataclass(slots=True)
@@ -163,7 +176,23 @@ def make_gold(answer: Any, answer_type: str, aliases: list[str], lang: str,
     numbers = frozenset(n.value for n in extract_numbers(question, lang))
     value = gold_value(texts, lang, question) if answer_type == "text" else None
     return Gold(answer_type, lang, number, decimals, keys, loose, numbers,
-                frozenset(text_key(question).split()), tuple(texts), value)
+                frozenset(text_key(question).split()), tuple(texts), value,
+                question_scales(question))
+
+
+_UNIT_SCALE = re.compile(r"\b(hundreds|thousands|millions|billions|hundred|thousand|million|"
+                         r"billion|trăm|nghìn|ngàn|triệu|tỷ|tỉ)\b", re.IGNORECASE)
+
+
+def question_scales(question: str) -> frozenset[int]:
+    """The magnitudes the question asks its answer in ("bao nhiêu triệu đồng", "in
+    thousands of dollars"): a scale word not written after a number of the question
+    ("1,2 triệu" is an operand)."""
+    out = set()
+    for m in _UNIT_SCALE.finditer(question):
+        if not question[:m.start()].rstrip()[-1:].isdigit():
+            out.add(SCALE_WORDS[m.group(1).lower().removesuffix("s")])
+    return frozenset(out)
 
 
 def numbers_match(got: float, decimals: int, gold: Gold) -> bool:
@@ -191,13 +220,49 @@ def numbers_match(got: float, decimals: int, gold: Gold) -> bool:
     return False
 
 
-def _answer_text(reply: str, variant: Variant) -> tuple[str, bool]:
-    """The part of the reply that holds its answer, and whether it is a final-answer line."""
-    if variant.final_line:
-        line = final_answer_line(reply)
-        if line is not None:
-            return line, True
-    return reply, False
+def number_matches(n: Number, gold: Gold) -> bool:
+    """A number read from a reply against the gold: its value (numbers_match); an exact
+    fraction ("1/3") also matches a gold of two or more decimals it rounds to ("0.33");
+    a percentage ("25%") also as its fraction (0.25); a value also in the unit the
+    question asks in ("6,9 triệu" for "bao nhiêu triệu đồng?", gold 6.9)."""
+    if numbers_match(n.value, n.decimals, gold):
+        return True
+    want = gold.number
+    if want is None or not (n.fraction or n.percent or gold.question_scales):
+        return False
+    try:
+        got = float(n.value)
+    except OverflowError:  # beyond float range: no fraction, share or unit of any gold
+        return False
+    if not math.isfinite(got):
+        return False
+    if (n.fraction and isinstance(want, float) and gold.number_decimals >= MIN_ROUNDED_DECIMALS
+            and abs(got - want) <= 0.5 * 10.0 ** -gold.number_decimals * (1 + 1e-9)):
+        return True
+    if n.percent and numbers_match(got / 100, n.decimals + 2, gold):
+        return True
+    return any(numbers_match(got / scale, n.decimals, gold) for scale in gold.question_scales)
+
+
+def _answer_text(reply: str, variant: Variant,
+                 boxed: tuple[int, int] | None = None) -> tuple[str, bool]:
+    """The part of the reply that holds its answer, and whether it is a final-answer line:
+    the later of the last final-answer line and the last boxed value ("\\boxed{42}"),
+    with a correction written after it ("Answer: 1390 / Correction: ... 1309"), which
+    then replaces it; else the whole reply."""
+    if not variant.final_line:
+        return reply, False
+    spans = [s for s in (final_answer_span(reply), boxed) if s is not None]
+    if not spans:
+        return reply, False
+    start, end = max(spans)
+    text = reply[start:end]
+    if variant.rules:
+        after = reply[end:]
+        fixed = candidates.correction_point(after)
+        if fixed and _LETTER_OR_DIGIT.search(after, fixed):
+            text = f"{text}\n{after}"  # read as a self-correction: what follows replaces it
+    return text, True
 
 
 def _abstained(reply: str, reply_key: str, gold: Gold, variant: Variant) -> str | None:
@@ -210,10 +275,12 @@ def _abstained(reply: str, reply_key: str, gold: Gold, variant: Variant) -> str 
     return abstain_phrase(reply_key)
 
 
-def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> AnswerMatch:
-    numbers = extract_numbers(reply, gold.lang)
-    text, on_line = _answer_text(reply, variant)
-    pool = extract_numbers(text, gold.lang) if on_line else numbers
+def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant,
+                  boxed: tuple[int, int] | None) -> AnswerMatch:
+    fractions = isinstance(gold.number, float)  # "1/3" is a third only for such a gold
+    numbers = extract_numbers(reply, gold.lang, fractions)
+    text, on_line = _answer_text(reply, variant, boxed)
+    pool = extract_numbers(text, gold.lang, fractions) if on_line else numbers
     if variant.rules:
         chosen, rule = candidates.answer_number(text, pool, gold.question_numbers,
                                                 gold.question_words)
@@ -228,11 +295,11 @@ def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> A
         chosen, rule = (pool[-1], "last") if pool else (None, "none")
     words = chosen is not None and (chosen.spelled or chosen.scale > 1)
     exact = (chosen is not None and rule not in ("conflict", "range")
-             and numbers_match(chosen.value, chosen.decimals, gold))
+             and number_matches(chosen, gold))
     # The rules abstain when only the last-number fallback chose and another candidate
     # would change the verdict: a grader (or the judge) has to read it.
     decided = not (variant.rules and rule.endswith("last") and any(
-        numbers_match(n.value, n.decimals, gold) != exact
+        number_matches(n, gold) != exact
         for n in candidates.candidate_numbers(text, pool, gold.question_numbers,
                                               gold.question_words) if n is not chosen))
     if on_line:
@@ -242,7 +309,7 @@ def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> A
               and not _LETTER_OR_DIGIT.search(reply, 0, last.start)
               and not _LETTER_OR_DIGIT.search(reply, last.end))
     lenient = exact or any(
-        numbers_match(n.value, n.decimals, gold)
+        number_matches(n, gold)
         or (n.alt is not None and numbers_match(n.alt, 0 if isinstance(n.alt, int) else 3, gold))
         for n in numbers)
     abstained = _abstained(reply, reply_key, gold, variant) is not None
@@ -284,6 +351,13 @@ def _value_match(text: str, gold: Gold) -> tuple[bool, bool, Any] | None:
             if True in verdicts:
                 return True, True, _date_text(found[verdicts.index(True) // len(value.dates)])
             return False, None not in verdicts, _date_text(found[-1])
+    if value.times:
+        clocks = kept(quantities.find_times(text, value.hours_alone))
+        if clocks:
+            readings = [_time_verdict(t.minutes, value.times) for t in clocks]
+            best = True if True in readings else (None if None in readings else False)
+            at = clocks[readings.index(best)]
+            return best is not False, best is not None, _time_text(at.minutes)
     if value.durations:
         spans = kept(quantities.find_durations(text, clock=value.clock))
         if spans:
@@ -301,12 +375,25 @@ def _value_match(text: str, gold: Gold) -> tuple[bool, bool, Any] | None:
     return None
 
 
+def _time_verdict(reply: frozenset[int], golds: tuple[frozenset[int], ...]) -> bool | None:
+    """True when every reading of the reply's time is a reading of a gold time, False when
+    none is, None when it reads two ways ("2:40" for a gold "14:40")."""
+    if any(reply <= g for g in golds):
+        return True
+    return False if all(not reply & g for g in golds) else None
+
+
+def _time_text(minutes: frozenset[int]) -> str:
+    return " | ".join(f"{m // 60:02d}:{m % 60:02d}" for m in sorted(minutes))
+
+
 def _date_text(d: Date) -> str:
     return f"{d.year or '????'}-{d.month:02d}-{d.day:02d}"
 
 
-def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> AnswerMatch:
-    text, on_line = _answer_text(reply, variant)
+def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant,
+                boxed: tuple[int, int] | None) -> AnswerMatch:
+    text, on_line = _answer_text(reply, variant, boxed)
     key = text_key(text) if on_line else reply_key
     decided = True
     if variant.rules:
@@ -318,7 +405,7 @@ def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> Ans
         by_value = _value_match(text, gold) if gold.value is not None else None
         found = None
         for raw in gold.texts:  # each accepted answer on the reply without its other names
-            masked = candidates.mask_other_names(text, raw, gold.keys)
+            masked = candidates.mask_other_names(text, raw, gold.keys, gold.question_words)
             k = text_key(raw)
             if k and _text_stated(masked, text_key(masked), k, gold):
                 found = k
@@ -346,8 +433,9 @@ def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> Ans
     return AnswerMatch(exact, strict, lenient, found, abstained, False, reply_key, rule, decided)
 
 
-def _abstain_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> AnswerMatch:
-    text, on_line = _answer_text(reply, variant)
+def _abstain_match(reply: str, reply_key: str, gold: Gold, variant: Variant,
+                   boxed: tuple[int, int] | None) -> AnswerMatch:
+    text, on_line = _answer_text(reply, variant, boxed)
     key = text_key(text) if on_line else reply_key
     strict = reply_key in gold.keys
     phrase = _abstained(text, key, gold, variant)
@@ -370,11 +458,12 @@ def _abstain_match(reply: str, reply_key: str, gold: Gold, variant: Variant) -> 
 def match_answer(reply: str, gold: Gold, variant: str = DEFAULT_VARIANT) -> AnswerMatch:
     """Compare a final reply (reasoning already stripped) with the gold answer, finding
     the answer in it as the named extraction variant says (VARIANTS)."""
-    reply = reply or ""
+    read = latex.plain(reply or "")  # "\(\boxed{42}\)", "\frac{1}{3}", "1{,}234"
+    reply = read.text
     reply_key = text_key(reply)
     v = VARIANTS[variant]
     if gold.answer_type == "number":
-        return _number_match(reply, reply_key, gold, v)
+        return _number_match(reply, reply_key, gold, v, read.boxed)
     if gold.answer_type == "abstain":
-        return _abstain_match(reply, reply_key, gold, v)
-    return _text_match(reply, reply_key, gold, v)
+        return _abstain_match(reply, reply_key, gold, v, read.boxed)
+    return _text_match(reply, reply_key, gold, v, read.boxed)

@@ -157,6 +157,97 @@ def find_durations(text: str, clock: bool = False) -> list[Duration]:
     return sorted(out, key=lambda d: d.start)
 
 
+# --- times of day -------------------------------------------------------------------------
+#
+# A time of day is the set of minutes after midnight it may stand for: "14:40", "2:40 pm",
+# "2 giờ 40 chiều" are {14:40}; "2:40 am", "2 giờ 40 sáng" {2:40}; "2:40", "2 giờ 40 phút"
+# (no part of day, an hour of 1 to 12) {2:40, 14:40}. A reply's time matches a gold time
+# when every reading of it is a reading of the gold, and does not when no reading is;
+# otherwise ("2:40" for a gold "14:40") it reads two ways and the rules leave it undecided.
+
+_PART = (r"(?P<part>a\.?m\.?|p\.?m\.?|in the morning|in the afternoon|in the evening|at night"
+         r"|(?:vào\s+)?(?:buổi\s+|ban\s+|rạng\s+)?(?:sáng|trưa|chiều|tối|đêm|khuya))")
+_MINUTES = (r"(?:\s*(?P<sep>[:.hg]|giờ)\s*(?P<minute>\d{1,2})(?::\d{2})?(?:\s*phút)?"
+            r"|\s*giờ\s*(?:(?P<half>rưỡi)|kém\s*(?P<before>\d{1,2})(?:\s*phút)?|đúng)?"
+            r"|\s*o'?clock)?")
+_TIME = re.compile(r"(?<![\d:.,/])(?P<hour>\d{1,2})" + _MINUTES + r"(?:\s*" + _PART + r")?"
+                   r"(?![\w:])", re.IGNORECASE)
+_PAST_TO = re.compile(r"(?<![\w])(?:(?P<past>half|quarter|\d{1,2}(?:\s*minutes)?)\s+past|"
+                      r"(?P<to>quarter|\d{1,2}(?:\s*minutes)?)\s+to)\s+(?P<hour>\d{1,2})"
+                      r"(?:\s*o'?clock)?(?:\s*" + _PART + r")?(?![\w:])", re.IGNORECASE)
+_DURATION_QUESTION = re.compile(r"\b(?:how long|bao lâu|mất bao|kéo dài|trong bao)", re.IGNORECASE)
+_TIME_QUESTION = re.compile(r"\b(?:what time|which time|when|at what|mấy giờ|lúc nào|khi nào"
+                            r"|giờ nào|thời điểm|vào lúc|lúc)\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeOfDay:
+    minutes: frozenset[int]  # the minutes after midnight it may stand for
+    start: int
+    end: int
+
+
+def _readings(hour: int, minute: int, part: str | None) -> frozenset[int]:
+    if part is None:
+        if hour == 0 or hour >= 13:
+            return frozenset({hour % 24 * 60 + minute})
+        return frozenset({hour % 12 * 60 + minute, (hour % 12 + 12) * 60 + minute})
+    if hour >= 13:  # a 24-hour hour says it all ("14:40 chiều")
+        return frozenset({hour % 24 * 60 + minute})
+    p = part.lower().replace(".", "")
+    if p.startswith(("am", "in the morning")) or p.endswith("sáng"):
+        h = hour % 12
+    elif p.endswith("trưa"):
+        h = hour if hour >= 10 else hour + 12
+    elif p.endswith(("đêm", "khuya")) or p == "at night":
+        h = hour + 12 if 6 <= hour <= 11 else hour % 12
+    else:  # pm, afternoon, evening, chiều, tối
+        h = hour if hour == 12 else hour + 12
+    return frozenset({h * 60 + minute})
+
+
+def find_times(text: str, hours_alone: bool = False) -> list[TimeOfDay]:
+    """Times of day in the text: "14:40", "14h40", "2:40 pm", "2.40pm", "2 giờ 40 phút
+    sáng", "3 giờ kém 20", "2 giờ rưỡi chiều", "3pm", "3 o'clock"; an hour with nothing
+    but "giờ" after it ("3 giờ") only with `hours_alone` (elsewhere it is a duration)."""
+    out = []
+    for m in _TIME.finditer(text):
+        hour, part = int(m.group("hour")), m.group("part")
+        whole = m.group()
+        minute, sep, digits = 0, (m.group("sep") or "").lower(), m.group("minute")
+        if digits is not None:
+            if (sep != "giờ" and len(digits) != 2) or (sep == "." and not part) or (
+                    sep in "hg" and " " in whole[:whole.find(digits)]):
+                continue  # "2.40" is a number, "2 h 5" no time
+            minute = int(digits)
+        elif m.group("half"):
+            minute = 30
+        elif m.group("before"):
+            hour, minute = hour - 1, 60 - int(m.group("before"))
+        elif not (part or "clock" in whole.lower() or (hours_alone and "giờ" in whole.lower())):
+            continue  # a bare number, or "3 giờ" where it is three hours
+        if not (0 <= hour <= 24 and 0 <= minute <= 59):
+            continue
+        out.append(TimeOfDay(_readings(hour, minute, part), m.start(), m.end()))
+    for m in _PAST_TO.finditer(text):  # "half past 7", "quarter to 4 in the afternoon"
+        hour, said = int(m.group("hour")), (m.group("past") or m.group("to")).lower()
+        minute = 30 if said == "half" else 15 if said == "quarter" else int(said.split()[0])
+        if m.group("to"):
+            hour, minute = hour - 1, 60 - minute
+        if 0 <= hour <= 24 and 0 <= minute <= 59:
+            out = [t for t in out if not (m.start() <= t.start < m.end())]
+            out.append(TimeOfDay(_readings(hour, minute, m.group("part")), m.start(), m.end()))
+    return sorted(out, key=lambda t: t.start)
+
+
+def asks_time_of_day(question: str) -> bool | None:
+    """True when the question asks a time of day ("lúc mấy giờ", "what time"), False when
+    it asks a duration ("how long", "mất bao lâu"), None when it says neither."""
+    if _DURATION_QUESTION.search(question):
+        return False
+    return True if _TIME_QUESTION.search(question) else None
+
+
 # --- amounts ------------------------------------------------------------------------------
 
 UNIT_KINDS = {
