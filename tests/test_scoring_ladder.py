@@ -334,3 +334,51 @@ def test_a_run_that_left_the_plan_before_the_turn_limit_is_judged_by_its_plan():
     partial = [[call("add", {"a": 12, "b": 30}, 42)]]
     out = score_sample(make_sample(CALC, stop_reason="turn_limit", steps=partial), CALC)
     assert (out["category"], out["subtype"]) == ("turn_limit", None)
+
+
+# --- the retry rule: a tool's failure the model recovered from is no tool failure -------
+
+TIMED_OUT = [call("multiply", {"a": 868, "b": 60}, error="timeout")]
+RAN = [call("multiply", {"a": 868, "b": 60}, 52080)]
+
+
+@pytest.mark.parametrize("steps, answer, category", [
+    ([TIMED_OUT, RAN], "52080", "correct"),            # timed out, same call again: it ran
+    ([TIMED_OUT, TIMED_OUT, RAN], "52080", "correct"),  # twice, then it ran
+    ([[call("multiply", {"a": 868, "b": 60}, error="tool_exception")], RAN], "It is 52080.",
+     "correct"),
+    ([TIMED_OUT, RAN], "52800", "misreported_result"),  # the model had the result
+    ([TIMED_OUT, RAN, [call("add", {"a": 52080, "b": 1}, 52081)]], "52081", "wrong_plan"),
+    ([TIMED_OUT], "52080", "tool_failure"),                  # never retried
+    ([TIMED_OUT, TIMED_OUT], "", "tool_failure"),            # retried, failed again
+    ([TIMED_OUT, [call("multiply", {"a": 868, "b": 6}, 5208)]], "5208",
+     "tool_failure"),  # another call after the failure: the failure's effect, as before
+    ([TIMED_OUT + RAN], "52080", "tool_failure"),  # the same call twice in one reply: no retry
+])
+def test_a_failure_retried_identically_and_run_is_not_a_tool_failure(steps, answer, category):
+    out = score_sample(make_sample(ONE, answer, steps=steps), ONE)
+    assert out["category"] == category, out["why"]
+    assert "tool_error" in out["flags"]  # the tool did fail once: still shown
+
+
+def test_a_recovered_attempt_is_no_step_of_the_plan_and_the_why_says_so():
+    out = score_sample(make_sample(ONE, "52080", steps=[TIMED_OUT, RAN]), ONE)
+    assert (out["plan_exact"], out["step_precision"], out["tool_failure"]) == (True, 1.0, False)
+    assert out["why"]["plan"]["matched"] == {"s1": 1}
+    assert out["why"]["facts"]["tool_recovered"] and "retried" in out["why"]["reason"]
+    # a two-step plan whose second step timed out once
+    steps = [[call("add", {"a": 12, "b": 30}, 42)],
+             [call("multiply", {"a": 42, "b": 7}, error="timeout")],
+             [call("multiply", {"a": 42, "b": 7}, 294)]]
+    out = score_sample(make_sample(CALC, "Kết quả là 294.", steps=steps), CALC)
+    assert (out["category"], out["plan_exact"]) == ("correct", True)
+
+
+def test_a_search_that_timed_out_and_ran_on_the_retry_is_the_search_step():
+    first = [call("search_site", {"query": "web server ong-tho"}, error="timeout")]
+    sample = tool_rag(RAG, "It runs Caddy.", SHOWN)
+    sample["turns"].insert(0, {**sample["turns"][0], "tool_events": first, "calls": first})
+    for i, turn in enumerate(sample["turns"]):
+        turn["index"] = i
+    out = score_sample(sample, RAG)
+    assert (out["category"], out["plan_exact"]) == ("correct", True), out["why"]

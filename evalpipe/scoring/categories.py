@@ -13,7 +13,10 @@ The ladder (docs/scoring.md, "Failure categories"):
                          call before it are asked for by the gold plan, and no reply up
                          to it was malformed or invalid (plan.tool_failed); kept out of
                          every rate like infra_error. Otherwise the model's mistake
-                         decides the rung, as if the tool had not failed.
+                         decides the rung, as if the tool had not failed. A failure the
+                         model recovered by repeating the identical call in a later turn,
+                         which then ran, is no tool failure: the model had the result
+                         (plan.recovered_failures), and the rest of the ladder decides.
  4. correct              exact match; for abstain questions: the model abstained
  5. malformed_call       a tool-call attempt did not parse (after the lenient parse)
  6. unknown_tool         a call named a tool that was not offered
@@ -97,6 +100,7 @@ class Facts:
     abstain_gold: bool
     searched: bool | None = None  # implied-search plan: a search ran; None: no such plan
     tool_failure: bool = False  # a tool failed the model (plan.tool_failed)
+    tool_recovered: bool = False  # a call the tool failed was retried identically and ran
     repeated_call: bool = False  # a call repeated one whose result had come back
     off_plan: bool = False  # a call no gold step asks for (wrong tool, arguments, order, extra)
 
@@ -126,8 +130,10 @@ def decide(f: Facts) -> Verdict:
         return _verdict("tool_failure", "a tool failed on a call the model rightly made, "
                         "before any mistake of the model")
     if f.correct:
-        return _verdict("correct", "the model abstained" if f.abstain_gold
-                        else "the extracted answer matches the gold")
+        retried = ("; a call the tool failed was retried identically and ran"
+                   if f.tool_recovered else "")
+        return _verdict("correct", ("the model abstained" if f.abstain_gold
+                                    else "the extracted answer matches the gold") + retried)
     if f.malformed:
         return _verdict("malformed_call", "a tool-call attempt did not parse")
     if f.unknown_tool:

@@ -83,6 +83,7 @@ class Executed:
     ok: bool
     turn: int
     position: int  # index among all executed calls
+    error: str | None = None  # the tool event's error (unknown_tool, timeout, ...)
 
 
 @dataclass
@@ -99,8 +100,9 @@ def executed_calls(turns: list[TurnRecord]) -> list[Executed]:
     out: list[Executed] = []
     for t_index, turn in enumerate(turns):
         for event in turn.get("tool_events") or ():
+            error = event.get("error")
             out.append(Executed(event.get("name", ""), event.get("arguments"), event.get("result"),
-                                not event.get("error"), t_index, len(out)))
+                                not error, t_index, len(out), error or None))
     return out
 
 
@@ -370,15 +372,30 @@ def match_plan(executed: list[Executed], gold: list[dict[str, Any]],
                       {sid: assigned[sid] for sid in matched_ids})
 
 
+# A call that failed inside the tool (not refused for the model's mistake).
 TOOL_FAILURES = frozenset({"tool_exception", "timeout", "bad_result"})
-
-
 MODEL_ERRORS = frozenset({"unknown_tool", "invalid_arguments"})
+
+
+def recovered_failures(executed: list[Executed]) -> set[int]:
+    """Positions of calls the tool failed (timed out, raised, returned `bad_result`) that
+    the model then made again, identically (same tool, equal arguments), in a later turn,
+    and that succeeded: the tool's hiccup, recovered by a retry. The model's plan is the
+    call that ran; the failed attempt is no step of it. A retry with other arguments is
+    the model's new plan and recovers nothing; so is a retry that failed again."""
+    out = set()
+    for e in executed:
+        if e.error in TOOL_FAILURES and any(
+                later.ok and later.turn > e.turn and later.name == e.name
+                and later.arguments == e.arguments for later in executed):
+            out.add(e.position)
+    return out
 
 
 def tool_failed(turns: list[TurnRecord], gold: list[dict[str, Any]] | None) -> bool:
     """The tool spoiled the sample, not the model: a call failed (timed out, raised or
-    returned `bad_result`) and no mistake of the model was visible before it.
+    returned `bad_result`), was not recovered by an identical retry that succeeded
+    (recovered_failures), and no mistake of the model was visible before it.
 
     Visible before the failure: a reply that did not parse or named an unknown tool or
     broke a schema, in the failure's turn or earlier; a call that ran before it (in
@@ -386,23 +403,22 @@ def tool_failed(turns: list[TurnRecord], gold: list[dict[str, Any]] | None) -> b
     for it (a divide by zero, a timeout on a wrong operand). With no gold plan to judge
     by, only a timeout on a well-formed call counts; with an empty plan any call was
     already the mistake."""
-    events = [(t_index, e) for t_index, turn in enumerate(turns)
-              for e in turn.get("tool_events") or ()]
-    failures = [i for i, (_, e) in enumerate(events) if e.get("error") in TOOL_FAILURES]
+    executed = executed_calls(turns)
+    recovered = recovered_failures(executed)
+    failures = [e for e in executed if e.error in TOOL_FAILURES and e.position not in recovered]
     if not failures or gold == []:
         return False
-    first = failures[0]
-    turn_of_failure, failed = events[first]
-    if any(turn.get("parse_errors") for turn in turns[:turn_of_failure + 1]):
+    failed = failures[0]
+    if any(turn.get("parse_errors") for turn in turns[:failed.turn + 1]):
         return False
-    if any(e.get("error") in MODEL_ERRORS for t, e in events if t <= turn_of_failure):
+    if any(e.error in MODEL_ERRORS for e in executed if e.turn <= failed.turn):
         return False
     if gold is None:
-        return failed.get("error") == "timeout"
+        return failed.error == "timeout"
     _, expected = _compiled(gold)
 
-    def asked(event: ToolEventRecord) -> bool:
-        return any(event.get("name") == step["name"] and arguments_match(
-            step["name"], event.get("arguments"), _resolve(step, expected)) for step in gold)
+    def asked(call: Executed) -> bool:
+        return any(call.name == step["name"] and arguments_match(
+            step["name"], call.arguments, _resolve(step, expected)) for step in gold)
 
-    return all(asked(e) for _, e in events[:first + 1])
+    return all(asked(e) for e in executed[:failed.position + 1])

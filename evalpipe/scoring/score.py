@@ -18,7 +18,14 @@ from evalpipe.scoring.answers.match import AnswerMatch, Gold, make_gold, match_a
 from evalpipe.scoring.categories import Facts, decide
 from evalpipe.scoring.cost import sample_cost
 from evalpipe.scoring.judging import recorded_verdict
-from evalpipe.scoring.plan import Executed, PlanResult, executed_calls, match_plan, tool_failed
+from evalpipe.scoring.plan import (
+    Executed,
+    PlanResult,
+    executed_calls,
+    match_plan,
+    recovered_failures,
+    tool_failed,
+)
 from evalpipe.scoring.retrieval_metrics import covers, retrieval_scores
 
 SCORER_VERSION = "3"  # 3: answer classes and abstention by meaning, judge verdicts
@@ -124,6 +131,7 @@ class PlanStage:
     implied_search: bool  # a corpus question in a cell where search_site is a tool
     result: PlanResult | None
     repeated: bool = False  # a call repeated one whose result had come back (repeated_calls)
+    recovered: bool = False  # a call the tool failed, then retried identically with success
 
     @property
     def off_plan(self) -> bool:
@@ -170,15 +178,18 @@ def plan_stage(question: Question, turns: list[TurnRecord], offered: set[str] | 
         offered is None or (bool(offered) and all(s.get("name") in offered for s in steps)))
     executed = executed_calls(turns)
     repeats = repeated_calls(executed)
+    recovered = recovered_failures(executed)
     result = None
     if applicable and steps is not None:
         # A repeat is no step of a plan: the plan is judged on the calls that asked
         # for something new, and the repeat is named on its own (turn_limit, a flag).
-        fresh = [e for e in executed if e.position not in repeats]
+        # Nor is an attempt the tool failed and an identical retry then recovered.
+        skipped = repeats | recovered
+        fresh = [e for e in executed if e.position not in skipped]
         renumbered = [replace(e, position=i) for i, e in enumerate(fresh)]
         result = search_plan(renumbered) if implied else match_plan(renumbered, steps, rules)
         result.matched = {sid: fresh[pos].position for sid, pos in result.matched.items()}
-    return PlanStage(applicable, steps, implied, result, bool(repeats))
+    return PlanStage(applicable, steps, implied, result, bool(repeats), bool(recovered))
 
 
 def repeated_calls(executed: list[Executed]) -> set[int]:
@@ -266,6 +277,7 @@ def facts(sample: SampleRecord, question: Question, gold: Gold, m: AnswerMatch,
         gold_shown=retrieval.gold_shown, abstain_gold=gold.answer_type == "abstain",
         searched=bool(result and result.matched) if plan.implied_search else None,
         tool_failure=tool_failed(sample.get("turns") or [], plan.steps),
+        tool_recovered=plan.recovered,
         repeated_call=plan.repeated, off_plan=plan.off_plan)
 
 
