@@ -185,3 +185,98 @@ def test_a_time_of_day_with_or_without_its_part_of_day(reply, answer, question, 
 def test_a_name_that_only_owns_a_relation_is_not_the_person_named(reply, answer, question,
                                                                   exact):
     assert read(reply, answer, question).exact is exact
+
+
+# --- abstention by meaning ------------------------------------------------------------------
+
+def abstains(reply, question, lang=None):
+    return read(reply, "I don't know", question, "abstain", lang or "en").exact
+
+
+@pytest.mark.parametrize("reply", [
+    "Nothing about a parking permit appears in the retrieved pages.",
+    "The excerpts don't go into parking at all.",
+    "I went through every passage; parking permits are not among them.",
+    "There isn't any parking policy in the context you gave me.",
+    "Parking: not covered by the sources.",
+    "The handbook is silent about parking permits.",
+    "That is outside the scope of these documents.",
+    "My search turned up nothing on permits.",
+])
+def test_not_in_the_documents_in_any_wording(reply):
+    assert abstains(reply, "How much does a parking permit at the office cost?")
+
+
+@pytest.mark.parametrize("reply", [
+    "Trong tài liệu không có chỗ nào nói về chỗ đậu xe.",
+    "Các đoạn trích hoàn toàn không nhắc tới phí gửi xe.",
+    "Tôi đã đọc hết nhưng không tìm ra phí gửi xe.",
+    "Phí gửi xe nằm ngoài phạm vi các tài liệu này.",
+    "Nguồn được cung cấp không đề cập đến chuyện gửi xe.",
+])
+def test_not_in_the_documents_in_vietnamese(reply):
+    assert abstains(reply, "Phí gửi xe ở văn phòng là bao nhiêu?", "vi")
+
+
+@pytest.mark.parametrize("reply, question, lang", [
+    ("The mobile team doesn't use Flutter at all; both apps are native Swift and Kotlin.",
+     "Which Flutter version do the mobile apps use?", "en"),
+    ("There is no staging cluster; every change goes straight to two production VMs.",
+     "How many nodes does the staging cluster have?", "en"),
+    ("Tổ Ong Lab chưa từng dùng Oracle, cơ sở dữ liệu là PostgreSQL 16 trên 3 máy.",
+     "Tổ Ong Lab trả bao nhiêu tiền license Oracle mỗi năm?", "vi"),
+    ("Mây Xanh không có trung tâm dữ liệu ở Singapore; họ chỉ có 2 vùng ở Việt Nam.",
+     "Trung tâm dữ liệu Singapore của Mây Xanh có bao nhiêu máy chủ?", "vi"),
+])
+def test_a_rejected_premise_abstains_whatever_it_says_instead(reply, question, lang):
+    assert abstains(reply, question, lang)
+
+
+@pytest.mark.parametrize("reply, question, lang", [
+    ("I can't give the whole-year number; the August invoice by itself was $1,310.",
+     "What did the team spend on hosting in 2023?", "en"),
+    ("The full attendance isn't listed, just the 9 speakers.",
+     "How many people attended the 2024 meetup?", "en"),
+    ("Không có tổng cả năm; riêng tháng 8 là 1.310 USD.",
+     "Năm 2023 đội chi bao nhiêu cho hosting?", "vi"),
+])
+def test_a_part_given_where_the_whole_was_asked_abstains(reply, question, lang):
+    assert abstains(reply, question, lang)
+
+
+@pytest.mark.parametrize("reply, question, lang", [
+    ("The shortlist hasn't been published yet.", "Who made the 2027 hackathon shortlist?", "en"),
+    ("Voting is still open until Friday, so there is no winner.",
+     "Who won the 2027 design award?", "en"),
+    ("The upgrade is scheduled for next quarter.", "When was ong-lua-5 upgraded to 256 GB?",
+     "en"),
+    ("Giải năm 2027 vẫn đang nhận bài dự thi nên chưa có người thắng.",
+     "Ai thắng giải thiết kế năm 2027?", "vi"),
+    ("Danh sách dự kiến công bố vào tháng sau.", "Ai lọt vào danh sách hackathon 2027?", "vi"),
+])
+def test_not_yet_is_an_abstention(reply, question, lang):
+    assert abstains(reply, question, lang)
+
+
+@pytest.mark.parametrize("reply, question, lang", [
+    ("It is about $1,310 a month.", "What did the team spend on hosting in 2023?", "en"),
+    ("The passages don't spell it out, but it's most likely 1,310 dollars.",
+     "What did the team spend on hosting in 2023?", "en"),
+    ("I don't know exactly, only roughly 40 people.", "How many people attended?", "en"),
+    ("Their apps use Flutter 3.22.", "Which Flutter version do the mobile apps use?", "en"),
+    ("Per the wiki, the staging cluster has 3 nodes.",
+     "How many nodes does the staging cluster have?", "en"),
+    ("It doesn't take long: about 12 minutes.", "How long does the deploy take?", "en"),
+    ("Không chắc lắm, nhưng có lẽ là 1.310 USD.", "Năm 2023 đội chi bao nhiêu cho hosting?",
+     "vi"),
+    ("Theo tài liệu thì cụm staging có 3 node.", "Cụm staging có bao nhiêu node?", "vi"),
+])
+def test_an_answer_stated_after_a_hedge_or_about_the_sources_is_no_abstention(reply, question,
+                                                                            lang):
+    assert not abstains(reply, question, lang)
+
+
+def test_no_customers_is_a_count_not_a_rejected_premise():
+    # "how many customers": "no customers" answers zero, it rejects nothing
+    assert not abstains("No customers used the export button.",
+                        "How many customers used the export button?")

@@ -60,7 +60,7 @@ from evalpipe.plans import (
     references,
     resolve_value,
 )
-from evalpipe.records import ToolEventRecord, TurnRecord
+from evalpipe.records import TurnRecord
 from evalpipe.scoring.answers.normalize import text_key
 from evalpipe.scoring.bfcl_rules import bfcl_rules
 

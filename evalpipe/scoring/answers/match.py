@@ -39,7 +39,7 @@ from typing import Any
 
 from evalpipe.answer_line import final_answer_span
 from evalpipe.scoring.answers import candidates, latex, quantities
-from evalpipe.scoring.answers.abstention import abstention
+from evalpipe.scoring.answers.abstention import abstention, premise_words
 from evalpipe.scoring.answers.extract import (
     Number,
     abstain_phrase,
@@ -87,6 +87,7 @@ class Gold:
     texts: tuple[str, ...] = ()  # the answer and aliases as written (names, identifiers)
     value: GoldValue | None = None  # a date, duration or amount: compared by value
     question_scales: frozenset[int] = frozenset()  # the unit asked in: "how many million"
+    premise: frozenset[str] = frozenset()  # words a reply may reject as the premise
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +178,7 @@ def make_gold(answer: Any, answer_type: str, aliases: list[str], lang: str,
     value = gold_value(texts, lang, question) if answer_type == "text" else None
     return Gold(answer_type, lang, number, decimals, keys, loose, numbers,
                 frozenset(text_key(question).split()), tuple(texts), value,
-                question_scales(question))
+                question_scales(question), premise_words(question))
 
 
 _UNIT_SCALE = re.compile(r"\b(hundreds|thousands|millions|billions|hundred|thousand|million|"
@@ -270,7 +271,7 @@ def _abstained(reply: str, reply_key: str, gold: Gold, variant: Variant) -> str 
     the information is missing (abstention.py: by meaning, and not when an answer is
     stated after it); without them (version 1): any don't-know phrase."""
     if variant.rules:
-        found = abstention(reply, gold.question_numbers)
+        found = abstention(reply, gold.question_numbers, gold.premise)
         return found.evidence if found.abstained else None
     return abstain_phrase(reply_key)
 
