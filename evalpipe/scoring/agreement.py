@@ -82,30 +82,50 @@ def class_table(rows: list[dict[str, Any]], by: str = "class") -> list[dict[str,
     return out
 
 
-def abstention_methods(rows: list[dict[str, Any]], folds: int = 5) -> dict[str, Any]:
-    """How two ways of telling an abstention agree with the grader's `abstained` label:
-    the clause rules (abstention.py), and a small classifier (TF-IDF of word and
-    character n-grams, logistic regression) in stratified cross-validation, so that it
-    is never scored on replies it was fitted on."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
-    from sklearn.pipeline import make_pipeline, make_union
-
-    from evalpipe.scoring.answers.abstention import abstention
+def abstention_methods(rows: list[dict[str, Any]], folds: int = 5,
+                       cross_validate: bool = False) -> dict[str, Any]:
+    """How three ways of telling an abstention agree with the grader's `abstained` label:
+    the clause rules (abstention.py), the learned model alone (abstention_model.py) on
+    every reply, and both (the rules, and the model where the rules are unsure, as
+    scoring does). The model is the shipped one, for rows it never trained on; with
+    `cross_validate`, a model of the same features and fit trained in stratified folds,
+    so that no row is read by a model that saw it."""
+    from evalpipe.scoring.answers import abstention_model
+    from evalpipe.scoring.answers.abstention import abstention, premise_words
+    from evalpipe.scoring.answers.extract import extract_numbers
 
     truth = [bool(r["abstained"]) for r in rows]
-    rules = [abstention(r["reply"]).abstained for r in rows]
-    features = make_union(TfidfVectorizer(ngram_range=(1, 2)),
-                          TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4)))
-    model = make_pipeline(features, LogisticRegression(max_iter=1000, class_weight="balanced"))
-    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=0)
-    learned = cross_val_predict(model, [r["reply"] for r in rows], truth, cv=cv)
+    read = []
+    for r in rows:
+        question, lang = r.get("question") or "", r.get("lang") or "en"
+        echoes = frozenset(n.value for n in extract_numbers(question, lang))
+        read.append(abstention(r["reply"], echoes, premise_words(question)))
+    if cross_validate:
+        from sklearn.model_selection import StratifiedKFold
 
-    def agree(predicted: Any) -> tuple[int, int]:
-        return sum(bool(p) == t for p, t in zip(predicted, truth)), len(truth)
+        probability = [0.0] * len(rows)
+        cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=0)
+        for train, test in cv.split([r["reply"] for r in rows], truth):
+            weights, intercept = abstention_model.fit([(rows[i]["reply"], truth[i])
+                                                       for i in train])
+            model = abstention_model.Model(weights, intercept, abstention_model.THRESHOLD, {})
+            for i in test:
+                probability[i] = model.probability(rows[i]["reply"])
+        learned = [p >= abstention_model.THRESHOLD for p in probability]
+    else:
+        model = abstention_model.load()
+        learned = [model.abstains(r["reply"]) for r in rows]
+    rules = [a.abstained for a in read]
+    both = [lrn if a.rule == "unsure" else a.abstained for a, lrn in zip(read, learned)]
 
-    return {"abstaining": sum(truth), "rules": agree(rules), "classifier_cv": agree(learned)}
+    def agree(predicted: list[bool]) -> tuple[int, int]:
+        return sum(p == t for p, t in zip(predicted, truth)), len(truth)
+
+    return {"abstaining": sum(truth), "unsure": sum(a.rule == "unsure" for a in read),
+            "rules": agree(rules), "learned": agree(learned), "both": agree(both),
+            "misses": {name: [r["id"] for r, p, t in zip(rows, got, truth) if p != t]
+                       for name, got in (("rules", rules), ("learned", learned),
+                                         ("both", both))}}
 
 
 def main(argv: list[str]) -> int:
@@ -117,9 +137,10 @@ def main(argv: list[str]) -> int:
                 print(f"{by:6s} {row[by]:34s} n {row['n']:4d}  decided {row['decided']:4d}  "
                       f"agree {row['agree']:4d}  {rate}")
         methods = abstention_methods(rows)
-        for name in ("rules", "classifier_cv"):
+        for name in ("rules", "learned", "both"):
             agree, n = methods[name]
-            print(f"abstention {name:14s} {agree}/{n} ({methods['abstaining']} abstain)")
+            print(f"abstention {name:8s} {agree}/{n} ({methods['abstaining']} abstain, "
+                  f"{methods['unsure']} where the rules are unsure)")
         return 0
     for row in agreement_table(rows):
         parts = "  ".join(f"{k} {a}/{n}" for k, (a, n) in row["by"].items())

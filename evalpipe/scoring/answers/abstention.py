@@ -87,7 +87,7 @@ _INFO = _phrases([
     "recorded", "written", "access", "anything", "mention of", "word on", "trace", "sign",
     "indication", "help", "assist", "confirm", "confirmed", "verify", "verified", "sure which",
     "answered", "answerable", "appear", "appears", "appeared", "write", "wrote", "noted",
-    "xuất hiện", "viết",
+    "guess", "guessing", "speculate", "xuất hiện", "viết", "đoán", "phỏng đoán",
     "nói", "đề cập", "nhắc", "cung cấp", "chứa", "nêu", "ghi", "biết", "tìm thấy", "tìm được",
     "tìm ra", "rõ", "xác định", "chắc", "trả lời", "liệt kê", "công bố", "thông tin", "dữ liệu",
     "số liệu", "cho biết", "đưa ra", "thấy", "tra được", "dữ kiện", "ghi nhận", "ghi lại",
@@ -132,10 +132,14 @@ _INFO_NOUNS = _keys(["information", "info", "data", "figure", "figures", "number
 _TOPIC = re.compile(r"(?:^| )(?:nothing|no|none|not anything|không có gì|chẳng có gì|không có)"
                     r" (?:\w+ )?(?:about|on|regarding|concerning|related|relating|re|về|liên quan)"
                     r"(?: |$)")
-_SCOPE = re.compile(r"(?:^| )(?:beyond|outside|out of)(?: \w+){0,3} (?:scope|context|provided|"
-                    r"given|documents|docs|passages|sources|notes|material|materials|text|"
-                    r"information)(?: |$)|(?:^| )(?:ngoài|vượt) (?:\w+ ){0,2}phạm vi(?: |$)|"
-                    r"(?:^| )nằm ngoài(?: |$)")
+_SCOPE = re.compile(r"(?:^| )(?:beyond|outside|out of|vượt quá|vượt ngoài|ngoài)(?: \w+){0,4} "
+                    r"(?:scope|context|provided|given|information|phạm vi|"
+                    + "|".join(sorted(_SOURCES, key=len, reverse=True)) + r")(?: |$)"
+                    r"|(?:^| )nằm ngoài(?: |$)")
+# A source that leaves the thing out: "the notes skip Wi-Fi", "tài liệu bỏ qua".
+_OMIT = re.compile(r"(?:^| )(?:skip|skips|skipped|omit|omits|omitted|leave out|leaves out|"
+                   r"left out|leave (?:it|that|this) out|leaves (?:it|that|this) out|exclude|"
+                   r"excludes|bỏ qua|bỏ sót|bỏ ngỏ)(?: |$)")
 # What is asked has not happened or is not decided yet.
 _NOT_YET = re.compile(
     r"(?:^| )(?:not yet|yet to|still (?:open|ongoing|in progress|pending|under way|underway|"
@@ -164,7 +168,8 @@ _GUESS = tuple(text_key(w) for w in (
     "có lẽ", "có thể là", "chắc là", "hình như", "khả năng là", "tôi nghĩ", "đoán là"))
 # Doubt about one's own answer: an abstention only when no answer is stated anywhere.
 _HEDGES = tuple(text_key(w) for w in (
-    "not sure", "not certain", "uncertain", "might be wrong", "may be wrong", "hard to say",
+    "not sure", "not certain", "uncertain", "unsure", "not positive", "might be wrong",
+    "may be wrong", "hard to say",
     "difficult to say", "hard to tell", "can t say for sure", "không chắc", "chưa chắc",
     "không dám chắc", "không rõ lắm", "khó nói", "khó mà biết"))
 _COPULA = re.compile(
@@ -258,6 +263,8 @@ def _missing(key: str, words: list[str], has_number: bool,
                 return "lack"
     if present & _ABSENT and present & (_SOURCES | _INFO_NOUNS):
         return "lack"
+    if present & _SOURCES and _OMIT.search(key):
+        return "lack"
     if (_TOPIC.search(key) or _SCOPE.search(key) or _NOT_IN_SOURCE.search(key)
             or _NOT_AMONG.search(key) or _EMPTY.search(key)):
         return "lack"
@@ -277,11 +284,23 @@ def _premise(words: list[str], content: frozenset[str]) -> bool:
         if w in _NEGATION:
             ahead = [a for a in words[i + 1:i + 1 + PREMISE_SPAN + 3] if a not in _AUX]
             for a in ahead[:PREMISE_SPAN]:  # past "run", "a", "any": the word rejected
-                if a in content:
+                if a in content or any(_same_stem(a, c) for c in content):
                     return True
                 if a not in _NOT_PREMISE:
                     break
     return False
+
+
+def _same_stem(a: str, b: str) -> bool:
+    """Two forms of one word ("moved", "move"; "provisioned", "provisions")."""
+    if min(len(a), len(b)) < 4 or a[:4] != b[:4]:
+        return False
+    common = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        common += 1
+    return common >= max(4, min(len(a), len(b)) - 2)
 
 
 def lack_kind(key: str, has_number: bool = False,

@@ -351,6 +351,9 @@ ABSTAIN_PHRASES_EN = (
     "say nothing", "says nothing", "said nothing", "don't say", "do not say", "doesn't say",
     "does not say", "did not say", "don't mention", "do not mention", "not given",
     "not included", "not covered", "no record", "no details", "no data",
+    # idioms of not knowing
+    "no clue", "drawing a blank", "draw a blank", "drew a blank", "beats me", "search me",
+    "your guess is as good as mine",
 )
 ABSTAIN_PHRASES_VI = (
     "không biết", "không rõ", "chưa rõ", "không chắc", "không có thông tin", "chưa có thông tin",
@@ -359,6 +362,7 @@ ABSTAIN_PHRASES_VI = (
     "không xác định được", "không được đề cập", "không đề cập", "chưa được đề cập",
     "không nêu", "không được nêu", "không có trong", "xin lỗi tôi không",
     "không nói", "không nhắc", "không được nhắc", "chưa nhắc", "không ghi", "không có số liệu",
+    "tôi chịu", "mình chịu", "em chịu", "xin chịu", "chịu thôi", "bó tay",
 )
 
 
