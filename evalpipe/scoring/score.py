@@ -28,7 +28,9 @@ from evalpipe.scoring.plan import (
 )
 from evalpipe.scoring.retrieval_metrics import covers, retrieval_scores
 
-SCORER_VERSION = "3"  # 3: answer classes and abstention by meaning, judge verdicts
+# 4: LaTeX boxes, corrections after the answer line, fractions, the question's unit, times of
+# day, relations, abstention kinds (missing, not yet, premise), recovered tool failures
+SCORER_VERSION = "4"
 DETECTED_LANGUAGES = frozenset({"vi", "en"})
 SEARCH_TOOL = "search_site"
 
