@@ -230,9 +230,19 @@ class Abstention:
     rule: str
 
 
-def _has(words: list[str], phrase: tuple[str, ...]) -> list[int]:
-    n = len(phrase)
-    return [i for i in range(len(words) - n + 1) if tuple(words[i:i + n]) == phrase]
+_INFO_BY_FIRST: dict[str, list[tuple[str, ...]]] = {}
+for _phrase in _INFO:
+    _INFO_BY_FIRST.setdefault(_phrase[0], []).append(_phrase)
+
+
+def _info_at(words: list[str]) -> list[tuple[int, tuple[str, ...]]]:
+    """(position, phrase) of every verb or noun of saying in the words, in one pass."""
+    found = []
+    for i, w in enumerate(words):
+        for phrase in _INFO_BY_FIRST.get(w, ()):
+            if tuple(words[i:i + len(phrase)]) == phrase:
+                found.append((i, phrase))
+    return found
 
 
 def _missing(key: str, words: list[str], has_number: bool,
@@ -243,14 +253,13 @@ def _missing(key: str, words: list[str], has_number: bool,
     if abstain_phrase(key) is not None:
         return "lack"
     only = False
-    for phrase in _INFO:
+    for i, phrase in _info_at(words):
         if content and set(phrase) <= content:
             continue
-        for i in _has(words, phrase):
-            window = set(words[max(0, i - NEGATION_SPAN):i])
-            if window & _NEGATION:
-                return "lack"
-            only |= not has_number and bool(window & _ONLY)
+        window = set(words[max(0, i - NEGATION_SPAN):i])
+        if window & _NEGATION:
+            return "lack"
+        only |= not has_number and bool(window & _ONLY)
     if only:
         return "only"
     present = set(words)
@@ -328,7 +337,7 @@ def _short_answer(key: str) -> bool:
 
 
 def _has_info(words: list[str]) -> bool:
-    return any(_has(words, p) for p in _INFO)
+    return bool(_info_at(words))
 
 
 def _strong(clause: str, key: str, echoes: frozenset) -> bool:
