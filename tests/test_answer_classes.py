@@ -6,6 +6,8 @@ tests (en and vi), in words other than any labelled set's."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from evalpipe.scoring.answers.latex import plain
 from evalpipe.scoring.answers.match import make_gold, match_answer
@@ -280,3 +282,25 @@ def test_no_customers_is_a_count_not_a_rejected_premise():
     # "how many customers": "no customers" answers zero, it rejects nothing
     assert not abstains("No customers used the export button.",
                         "How many customers used the export button?")
+
+
+# --- never raises on what a model writes ----------------------------------------------------
+
+_PIECES = list("\\{}$()[]^_,.:;/ 0123456789xđờ½⅓²٣-+×%") + [
+    r"\boxed", r"\frac", r"\dfrac", r"\text", r"\(", r"\)", r"\[", r"\]", "$$", "{,}", r"\,",
+    " giờ ", " sáng", " pm", "Answer: ", "Correction: ", " triệu", " phần ", " rưỡi", " kém ",
+    "'s colleague ", " của ", " chưa ", " not yet", " no ", "Đáp án: ", " half past ",
+    " point ", " phẩy ", " and a half", " thirds", " nửa"]
+_GOLDS = [(0.333333333333, "number", "What is 1/3, in thousands?"),
+          (294, "number", "Bao nhiêu triệu?"), ("2 giờ 40 phút", "text", "Lúc mấy giờ?"),
+          ("Khoa", "text", "Who was on call?"), ("45 triệu đồng", "text", "Bao nhiêu?"),
+          ("I don't know", "abstain", "Which Kubernetes version does it run?")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=30), st.sampled_from(_GOLDS))
+def test_latex_fractions_times_and_relations_never_raise(pieces, gold):
+    answer, kind, question = gold
+    m = read("".join(pieces), answer, question, kind)
+    assert not m.strict or m.exact
+    assert not m.exact or m.lenient

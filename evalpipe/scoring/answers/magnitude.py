@@ -226,19 +226,19 @@ _VI_SMALL = {"một": 1, "hai": 2, "ba": 3, "bốn": 4, "tư": 4, "năm": 5, "s�
 _SMALL = "|".join(sorted({*_EN_SMALL, *_VI_SMALL}, key=len, reverse=True))
 _DEN_EN = "|".join(sorted(_EN_DENOMINATORS, key=len, reverse=True))
 _DEN_VI = "|".join(sorted({*_VI_SMALL} - {"một"}, key=len, reverse=True))
-_WHOLE = rf"(?P<whole>\d+|{_SMALL})[ \u00a0]+(?:and|và)[ \u00a0]+"
+_WHOLE = rf"(?P<whole>[0-9]+|{_SMALL})[ \u00a0]+(?:and|và)[ \u00a0]+"
 _SPELLED_FRACTION = re.compile(
     rf"(?<![\w.,])(?:{_WHOLE})?(?:"
-    rf"(?P<num>\d+|{_SMALL})[ \u00a0-]+(?P<den>{_DEN_EN})s?"  # "two thirds", "a quarter"
-    rf"|(?P<vnum>\d+|{_SMALL})[ \u00a0]+phần[ \u00a0]+(?P<vden>\d+|{_DEN_VI})"  # "hai phần ba"
+    rf"(?P<num>[0-9]+|{_SMALL})[ \u00a0-]+(?P<den>{_DEN_EN})s?"  # "two thirds", "a quarter"
+    rf"|(?P<vnum>[0-9]+|{_SMALL})[ \u00a0]+phần[ \u00a0]+(?P<vden>[0-9]+|{_DEN_VI})"  # "ba phần tư"
     rf"|(?P<half>(?:một[ \u00a0]+)?nửa|half))(?![\w])", re.IGNORECASE)
 # "two point five", "hai phẩy năm", "2 phẩy 5": a decimal said in words
 _DIGIT_WORDS = {**{w: v for w, v in _EN_UNITS.items() if v <= 9}, "oh": 0,
                 **_VI_DIGITS}
 _DIGIT = "|".join(sorted(_DIGIT_WORDS, key=len, reverse=True))
 _SPELLED_DECIMAL = re.compile(
-    rf"(?<![\w.,])(?P<int>\d+|{_SMALL}|zero|không)[ \u00a0]+(?:point|phẩy)"
-    rf"(?P<digits>(?:[ \u00a0]+(?:\d+|{_DIGIT}))+)(?![\w])", re.IGNORECASE)
+    rf"(?<![\w.,])(?P<int>[0-9]+|{_SMALL}|zero|không)[ \u00a0]+(?:point|phẩy)"
+    rf"(?P<digits>(?:[ \u00a0]+(?:[0-9]+|{_DIGIT}))+)(?![\w])", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,8 +264,10 @@ def spelled_fractions(text: str) -> list[SpelledValue]:
             value = _small(m.group("num")) / _EN_DENOMINATORS[m.group("den").lower()]
         else:
             den = m.group("vden")
-            value = _small(m.group("vnum")) / (int(den) if den.isdigit() else _VI_SMALL[
-                den.lower()])
+            bottom = int(den) if den.isdigit() else _VI_SMALL[den.lower()]
+            if not bottom:
+                continue  # "1 phần 0" is no number
+            value = _small(m.group("vnum")) / bottom
         whole = m.group("whole")
         out.append(SpelledValue((_small(whole) if whole else 0) + value, m.start(), m.end()))
     for m in _SPELLED_DECIMAL.finditer(text):
