@@ -304,3 +304,11 @@ def test_latex_fractions_times_and_relations_never_raise(pieces, gold):
     m = read("".join(pieces), answer, question, kind)
     assert not m.strict or m.exact
     assert not m.exact or m.lenient
+
+
+@pytest.mark.parametrize("reply, exact", [
+    ("US$1,480", True), ("$1,480", True), ("1.480 đô", True), ("1.480", True),
+    ("€1,480", False), ("1480 EUR", False),   # another currency
+])
+def test_an_amount_with_its_currency_named_is_read_in_that_currency(reply, exact):
+    assert read(reply, "1.480 USD", "Hoá đơn là bao nhiêu?", "text", "vi").exact is exact

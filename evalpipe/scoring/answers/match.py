@@ -370,8 +370,10 @@ def _value_match(text: str, gold: Gold) -> tuple[bool, bool, Any] | None:
         units = {a.unit for a in value.amounts}
         fitting = [a for a in amounts if a.unit is None or a.unit in units]
         if fitting:
-            hit = next((a for a in fitting if any(a.value == g.value for g in value.amounts)),
-                       None)
+            # with its currency named, "$1,480" is 1480 whatever the question's language
+            hit = next((a for a in fitting if any(
+                a.value == g.value or (a.unit is not None and a.alt == g.value)
+                for g in value.amounts)), None)
             return hit is not None, True, (hit or fitting[-1]).value
     return None
 

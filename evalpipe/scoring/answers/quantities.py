@@ -255,10 +255,15 @@ UNIT_KINDS = {
     "gb": "gb", "gigabyte": "gb", "gigabytes": "gb", "gib": "gb",
     "mb": "mb", "megabyte": "mb", "megabytes": "mb", "mib": "mb",
     "tb": "tb", "ms": "ms", "millisecond": "ms", "milliseconds": "ms", "%": "%",
-    "usd": "usd", "$": "usd", "dollars": "usd", "dollar": "usd",
+    "usd": "usd", "$": "usd", "dollars": "usd", "dollar": "usd", "us$": "usd",
+    "eur": "eur", "€": "eur", "euro": "eur", "euros": "eur", "gbp": "gbp", "£": "gbp",
+    "pounds": "gbp", "jpy": "jpy", "¥": "jpy", "yen": "jpy",
 }
 _UNIT_AFTER = re.compile(r"\s*(" + "|".join(re.escape(u) for u in sorted(
     UNIT_KINDS, key=len, reverse=True)) + r")(?![^\W\d_])", re.IGNORECASE)
+
+
+_SIGN_BEFORE = {"$": "usd", "€": "eur", "£": "gbp", "¥": "jpy", "₫": "vnd"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +272,7 @@ class Amount:
     unit: str | None
     start: int
     end: int
+    alt: int | float | None = None  # the other reading of "1,480" (extract.Number.alt)
 
 
 def find_amounts(text: str, lang: str) -> list[Amount]:
@@ -274,8 +280,8 @@ def find_amounts(text: str, lang: str) -> list[Amount]:
     for n in extract_numbers(text, lang):
         m = _UNIT_AFTER.match(text, n.end)
         before = text[max(0, n.start - 1):n.start]
-        unit = UNIT_KINDS[m.group(1).lower()] if m else ("usd" if before == "$" else None)
-        out.append(Amount(n.value, unit, n.start, m.end() if m else n.end))
+        unit = UNIT_KINDS[m.group(1).lower()] if m else _SIGN_BEFORE.get(before)
+        out.append(Amount(n.value, unit, n.start, m.end() if m else n.end, n.alt))
     return out
 
 
