@@ -325,14 +325,14 @@ def server_side(peer: str, cmd: list[str], env: dict[str, str], port: int, w: Wo
     """Start the server, warm it up, run `w` at each level (timed, its process tree read
     before and after), stop it. vLLM's worker must compute on as many cores as evalpipe
     uses; if it does not, its rows are refused."""
-    from evalpipe.backends.openai_backend import from_config
+    from evalpipe.backends import load_backend
 
     def backend(level: Level):
-        return from_config({"id": peer, "backend": "openai", "model": served,
-                            "base_url": f"http://127.0.0.1:{port}/v1",
-                            "concurrency": level.concurrency, "mode": "chat",
-                            "stream": "on" if level.stream else "off", "timeout_s": 600,
-                            "extra_body": extra_body or {}})
+        return load_backend({"id": peer, "backend": "openai", "model": served,
+                             "base_url": f"http://127.0.0.1:{port}/v1",
+                             "concurrency": level.concurrency, "mode": "chat",
+                             "stream": "on" if level.stream else "off", "timeout_s": 600,
+                             "extra_body": extra_body or {}})
 
     def refused(why: str, threads: str = "") -> list[Run]:
         return [Run(level.row(peer), rnd, error=why, threads=threads) for level in levels]

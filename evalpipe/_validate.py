@@ -324,7 +324,7 @@ def _table_header(text: str, at: int) -> str:
     return header
 
 
-def gold_warnings_paths(paths: list[str | dict[str, Any]],
+def gold_warnings_paths(paths: list[str | dict[str, Any] | QuestionSource],
                         corpus_root: str = "datasets/site") -> list[str]:
     """gold_warnings for files, folders (their *.jsonl files) and mapped sources."""
     out = []
@@ -378,7 +378,8 @@ def _line_of(message: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else 0, message)
 
 
-def validate_paths(paths: list[str | dict[str, Any]], corpus_root: str = "datasets/site",
+def validate_paths(paths: list[str | dict[str, Any] | QuestionSource],
+                   corpus_root: str = "datasets/site",
                    custom_tools: Iterable[str] = ()) -> list[str]:
     """Every problem in the given question files (paths, or a config's {path, fields,
     values} entries); folders expand to their *.jsonl files.
@@ -402,12 +403,12 @@ def validate_paths(paths: list[str | dict[str, Any]], corpus_root: str = "datase
     return errors
 
 
-def validate(paths: str | Path | Iterable[str | Path | dict[str, Any]], *,
+def validate(paths: str | Path | Iterable[str | Path | dict[str, Any] | QuestionSource], *,
              corpus: str | Path = "datasets/site", custom_tools: Iterable[str] = ()
              ) -> list[str]:
     """Every problem in question files or folders, one line each; [] when valid.
     `custom_tools`: a config's custom tools, which gold plans may call."""
     items = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    return validate_paths([p if isinstance(p, dict) else str(p) for p in items],
+    return validate_paths([p if isinstance(p, (dict, QuestionSource)) else str(p) for p in items],
                           corpus_root=str(corpus),
                           custom_tools=custom_tools)

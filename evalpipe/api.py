@@ -60,10 +60,14 @@ def load(config: str | Path | dict[str, Any] | RunConfig, *, limit: int | None =
                  "suites": list(suites) if suites else None}
     if isinstance(config, (str, Path)):
         return load_config(config, sets=list(sets), dtype=dtype, **overrides)
+    sets = list(sets)
+    if isinstance(config, RunConfig) and not (sets or dtype or any(
+            v is not None for v in overrides.values())):
+        return config  # checked already, and nothing to change
     raw = config.to_dict() if isinstance(config, RunConfig) else dict(config)
     source = config.source if isinstance(config, RunConfig) else "<config>"
     raw.update({k: v for k, v in overrides.items() if v is not None})
-    raw = apply_overrides(raw, list(sets))
+    raw = apply_overrides(raw, sets)
     if dtype:
         raw = apply_dtype(raw, dtype)
     return parse_config(raw, source=source)

@@ -25,8 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evalpipe.backends import load_backend
+from evalpipe.backends import model_entry
 from evalpipe.backends.base import GenerationSettings
+from evalpipe.backends.replay import ReplayModel
 from evalpipe.errors import InputError
 from evalpipe.formats import get_format
 from evalpipe.prompts import block_texts, turn_prompt
@@ -66,11 +67,11 @@ def verdict(fmt, text: str, gold) -> str:
 
 def _settings(sample: SampleRecord) -> GenerationSettings:
     gen = dict((sample.get("settings") or {}).get("generation") or {})
-    known = {f.name for f in dataclasses.fields(GenerationSettings)}
-    settings = GenerationSettings(**{k: v for k, v in gen.items() if k in known})
+    settings = GenerationSettings(**{k: v for k, v in gen.items()
+                                     if k in GenerationSettings.model_fields})
     seed = sample.get("seed")
     if seed is not None:  # the repeat's own seed
-        settings = dataclasses.replace(settings, seed=int(seed))
+        settings = settings.model_copy(update={"seed": int(seed)})
     return settings
 
 
@@ -107,7 +108,7 @@ def _generate(backend, turns: list[_Turn], batch: int | None) -> list[str]:
     out: dict[int, str] = {}
     if batch == 1:
         for i, t in enumerate(turns):
-            (gen,) = backend.generate([t.prompt], dataclasses.replace(t.settings, batch_size=1))
+            (gen,) = backend.generate([t.prompt], t.settings.model_copy(update={"batch_size": 1}))
             out[i] = gen.text
     else:
         groups: dict[GenerationSettings, list[int]] = {}
@@ -152,25 +153,25 @@ def audit_run(run_dir: str | Path, sample: int = 8, seed: int = 0,
                                                for t, r in pairs), len(pairs))}
 
     for key, cells in by_model.items():
-        model = json.loads(key)
-        if not isinstance(model, dict) or model.get("backend") == "replay":
+        recorded = json.loads(key)
+        model = model_entry(recorded) if isinstance(recorded, dict) else None
+        if model is None or isinstance(model, ReplayModel):
             skipped.append(f"{cells[0]}: a replay model answers from its recording; "
                            "nothing to audit")
             continue
         turns = [t for c in cells for t in chosen[c]]
-        backend = load_backend(model)
+        backend = model.load()
         dtype = backend.describe().get("dtype")
-        echo(f"audit: {len(turns)} turns of {len(cells)} cells of {model['id']} ({dtype})")
+        echo(f"audit: {len(turns)} turns of {len(cells)} cells of {model.id} ({dtype})")
         record("batch 1", 1, dtype, turns, _generate(backend, turns, 1))
         record("batched", None, dtype, turns, _generate(backend, turns, None))
-        other = OTHER_DTYPE.get(str(dtype)) if model.get("backend", "transformers") == \
-            "transformers" else None
+        other = OTHER_DTYPE.get(str(dtype)) if "dtype" in type(model).model_fields else None
         if other is None:
-            skipped.append(f"{model['id']}: the backend has no dtype to change")
+            skipped.append(f"{model.id}: the backend has no dtype to change")
             continue
         del backend  # one model in memory at a time
         record(f"batch 1 {other}", 1, other, turns,
-               _generate(load_backend({**model, "dtype": other}), turns, 1))
+               _generate(model.model_copy(update={"dtype": other}).load(), turns, 1))
     audit = {
         "run_id": manifest.get("run_id"), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "sample": sample, "seed": seed, "turns": sum(len(v) for v in chosen.values()),

@@ -5,17 +5,19 @@ the cells that `exclude` rules drop (and those `include` rules do not keep).
 Cells without tools ignore the format, so the grid keeps one of them per
 model x retrieval instead of one per format.
 
-The schema is declared once, below, as typed sections (evalpipe.schema) built on
-the settings the rest of the package declares: each backend's options, the
-retriever settings, the tool limits, the generation settings. Keys and values are
-checked before anything runs: a misspelt key or a name that is not in its registry
-(a format, a toolset, a retrieval method, a dtype, a backend) fails with the file,
-line, field, what was expected and the closest valid name. The config hash and the
-manifest come from the normalised config (`RunConfig.to_dict`: defaults left out
-of model and retrieval entries, `dtype: auto` written as what it resolves to), so
-spelling a default out does not change the hash, and a config built in Python
-hashes like the same config read from YAML. To add a key: add a field to its
-section.
+The config is declared once, below: `RunConfig` and its typed sections
+(evalpipe.schema), built on the sections the rest of the package declares (each
+backend's model entry, the retriever settings, the tool limits, the generation
+settings). What `parse_config` validates is what the run keeps: there is no second
+class to copy it into. Keys and values are checked before anything runs: a misspelt
+key or a name that is not in its registry (a format, a toolset, a retrieval method,
+a dtype, a backend) fails with the file, line, field, what was expected and the
+closest valid name. Paths are resolved, the run's name and each retrieval's k filled
+in, while the config is validated. The config hash and the manifest come from the
+normalised config (`RunConfig.to_dict`: defaults left out of model and retrieval
+entries, `dtype: auto` written as what it resolves to), so spelling a default out
+does not change the hash, and a config built in Python hashes like the same config
+read from YAML. To add a key: add a field to its section.
 """
 
 from __future__ import annotations
@@ -26,26 +28,32 @@ import itertools
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from evalpipe.backends import BACKENDS, DEFAULT_BACKEND, AnyModelEntry, ModelEntry
 from evalpipe.backends.base import GenerationSettings
-from evalpipe.backends.llamacpp_backend import LlamaCppOptions
-from evalpipe.backends.local.cpu import AUTO, DTYPES, resolve_dtype
 from evalpipe.backends.models import DEFAULT_MODEL
-from evalpipe.backends.openai_backend import OpenAIOptions
 from evalpipe.corpus import CHUNK_SIZE
 from evalpipe.engine import CellRuntime
 from evalpipe.errors import InputError
 from evalpipe.formats import FORMATS
-from evalpipe.questions import BFCL_SOURCE
+from evalpipe.questions import BFCL_SOURCE, QuestionSource
 from evalpipe.questions import FIELDS as QUESTION_FIELDS
 from evalpipe.retrieval import RETRIEVERS, RetrieverSettings
-from evalpipe.schema import Section, closest, input_error, line_of, one_of
+from evalpipe.schema import Section, closest, input_error, line_of
 from evalpipe.store import run_name_problem
 from evalpipe.tools import TOOLSETS, ToolLimits
 from evalpipe.tools.builtin import BUILTIN_TOOLS, SEARCH_TOOL, tool_from_callable
@@ -57,45 +65,6 @@ def stable_hash(value: Any, n: int = 12) -> str:
 
 # -- the schema ------------------------------------------------------------------------------
 
-class TransformersModel(Section):
-    id: str
-    backend: Literal["transformers"] = "transformers"
-    dtype: Annotated[str, one_of((AUTO, *DTYPES), "dtype")] = AUTO
-
-    def record(self) -> dict[str, Any]:
-        """The entry as recorded and hashed: a dtype only where it is not what auto gives."""
-        dtype = resolve_dtype(self.dtype)[0]
-        return {"id": self.id, "backend": self.backend,
-                **({"dtype": dtype} if dtype != resolve_dtype(AUTO)[0] else {})}
-
-
-class ReplayModel(Section):
-    id: str
-    backend: Literal["replay"]
-    recording: str  # a samples.jsonl written by an earlier run
-
-
-class LlamaCppModel(LlamaCppOptions):
-    id: str
-    backend: Literal["llamacpp"]
-
-
-class OpenAIModel(OpenAIOptions):
-    """Any OpenAI-compatible server (docs/backends.md)."""
-
-    id: str
-    backend: Literal["openai"]
-    base_url: str
-
-
-# One entry per backend of evalpipe.backends.BACKENDS (a test ties the two).
-MODEL_ENTRIES: dict[str, type[Section]] = {
-    "transformers": TransformersModel, "replay": ReplayModel, "llamacpp": LlamaCppModel,
-    "openai": OpenAIModel}
-ModelEntry = Annotated[TransformersModel | ReplayModel | LlamaCppModel | OpenAIModel,
-                       Field(discriminator="backend")]
-
-
 def _record(section: BaseModel, always: Sequence[str]) -> dict[str, Any]:
     """A section as recorded and hashed: the `always` keys and every value that is not
     its default, so that spelling a default out changes nothing."""
@@ -103,11 +72,14 @@ def _record(section: BaseModel, always: Sequence[str]) -> dict[str, Any]:
             **section.model_dump(exclude_defaults=True, exclude_none=True)}
 
 
-def model_record(entry: BaseModel) -> dict[str, Any]:
-    """A model entry as recorded with each cell and hashed (what load_backend takes)."""
-    if isinstance(entry, TransformersModel):
-        return entry.record()
-    return _record(entry, ("id", "backend"))
+def _resolve(path: str, info: ValidationInfo) -> str:
+    """A path of the config: relative to the working folder when it exists there, else
+    to the config's folder (the validation context's `base`)."""
+    base = (info.context or {}).get("base")
+    if base is None or path.startswith(BFCL_SOURCE) or Path(path).exists() \
+            or Path(path).is_absolute():
+        return path
+    return str(Path(base) / path)
 
 
 RetrievalMode = Literal["none", "prepend", "tool"]  # no retrieval, chunks in the prompt, a tool
@@ -130,15 +102,6 @@ class RetrievalSection(RetrieverSettings):
         if not self.on:
             return {"mode": "none", **({"name": self.name} if self.name else {})}
         return _record(self, ("mode", "method", "k"))
-
-
-class GenerationSection(Section):
-    # The defaults live in GenerationSettings, the one place the engine reads them from.
-    max_new_tokens: int = Field(GenerationSettings.max_new_tokens, ge=1)
-    temperature: float = Field(GenerationSettings.temperature, ge=0)
-    top_p: float = Field(GenerationSettings.top_p, gt=0, le=1)
-    seed: int = GenerationSettings.seed
-    batch_size: int = Field(GenerationSettings.batch_size, ge=1)
 
 
 class ChunkingSection(Section):
@@ -181,16 +144,29 @@ class GridRule(Section):
     retrieval: RetrievalMode | list[RetrievalMode] | None = None  # the mode
     method: RetrievalMethod | list[RetrievalMethod] | None = None
 
+    def matches(self, facets: dict[str, Any]) -> bool:
+        return all(facets.get(k) == v or (isinstance(v, list) and facets.get(k) in v)
+                   for k, v in self.model_dump(exclude_none=True).items())
+
 
 class JudgeSection(Section):
     """The model-graded judge (docs/scoring.md, "The judge"): a model entry like those of
     `models:`, where it is used, and whether to measure it on a labelled set."""
 
-    model: ModelEntry
+    model: AnyModelEntry
     use: Literal["undecided", "all"] = "undecided"  # where the rules abstain, or everywhere
     max_new_tokens: int = Field(64, ge=1)
     agreement: bool = False  # also measure it on `labels`, into the run's judge.json
     labels: str | None = None  # a labelled set; default scoring/labels/grading_labels.jsonl
+
+    @field_validator("labels")
+    @classmethod
+    def _resolved(cls, path: str | None, info: ValidationInfo) -> str | None:
+        return _resolve(path, info) if path else path
+
+    def record(self) -> dict[str, Any]:
+        """As recorded and hashed: every key, the model entry as recorded."""
+        return {**self.model_dump(exclude={"model"}), "model": self.model.record()}
 
 
 class QuestionSourceSection(Section):
@@ -201,19 +177,55 @@ class QuestionSourceSection(Section):
     fields: dict[str, str] = Field(default_factory=dict)
     values: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("path")
+    @classmethod
+    def _resolved(cls, path: str, info: ValidationInfo) -> str:
+        return _resolve(path, info)
 
-class ConfigSpec(Section):
-    name: str | None = None  # the run's folder is named from it (store.run_name_problem)
+
+# -- the config, and the grid of cells it makes --------------------------------------------
+
+@dataclass
+class Cell:
+    model: ModelEntry  # the config's entry; its record() is what each sample records
+    format: str
+    toolset: str
+    retrieval: RetrievalSection
+
+    @property
+    def id(self) -> str:
+        r = self.retrieval
+        rpart = f"{r.method}-{r.mode}" if r.on else "no-rag"
+        fmt = self.format if self.toolset != "none" else "-"
+        return f"{self.model.id}/{fmt}/{self.toolset}/{rpart}"
+
+    def facets(self) -> dict[str, Any]:
+        """What include/exclude rules and reports group by."""
+        return {"model": self.model.id, "format": self.format, "toolset": self.toolset,
+                "retrieval": self.retrieval.mode,
+                "method": self.retrieval.method if self.retrieval.on else None}
+
+    def settings(self) -> dict[str, Any]:
+        return {"model": self.model.record(), "format": self.format, "toolset": self.toolset,
+                "retrieval": self.retrieval.record()}
+
+
+class RunConfig(Section):
+    """A checked config, made by `parse_config` (from YAML, or from a mapping with
+    evalpipe.load): every section typed, as the run reads it. Its paths are resolved,
+    its name and each retrieval's k filled in; `source` says where it was read."""
+
+    name: str  # the run's folder is named from it (store.run_name_problem)
     questions: list[str | QuestionSourceSection] = Field(min_length=1)
     corpus: str | None = None
     limit: int | None = Field(None, ge=1)  # questions per suite
     suites: list[str] | None = None
-    models: list[ModelEntry] = Field(min_length=1)
+    models: list[AnyModelEntry] = Field(min_length=1)
     formats: list[Format] = Field(default_factory=lambda: ["hermes"])
     toolsets: list[Toolset] = Field(default_factory=lambda: ["calculator"])
     custom_tools: list[CustomTool] = Field(default_factory=list)
     retrieval: list[RetrievalSection] = Field(min_length=1)
-    generation: GenerationSection = GenerationSection()
+    generation: GenerationSettings = GenerationSettings()
     max_turns: int = Field(CellRuntime.max_turns, ge=1)  # the agent loop's default
     system_prompt: str | None = None
     final_answer_line: bool = False  # ask for a last line "Answer: ..." (docs/scoring.md)
@@ -227,84 +239,63 @@ class ConfigSpec(Section):
     match: Literal["evalpipe", "bfcl"] = "evalpipe"  # argument rule set (scoring/plan.py)
     k: int = Field(CellRuntime.k, ge=1)  # chunks per query, the loop's default
     judge: JudgeSection | None = None
+    _source: str = PrivateAttr("<config>")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, raw: Any, info: ValidationInfo) -> Any:
+        """A config without a name takes its file's (made a plain folder name)."""
+        if isinstance(raw, dict) and raw.get("name") is None:
+            raw = {**raw, "name": _name_from((info.context or {}).get("source", "run"))}
+        return raw
 
     @field_validator("name")
     @classmethod
-    def _plain_name(cls, name: str | None) -> str | None:
-        problem = run_name_problem(name) if name is not None else None
+    def _plain_name(cls, name: str) -> str:
+        problem = run_name_problem(name)
         if problem:
             raise ValueError(problem)
         return name
 
+    @field_validator("questions")
+    @classmethod
+    def _question_paths(cls, entries: list[str | QuestionSourceSection], info: ValidationInfo
+                        ) -> list[str | QuestionSourceSection]:
+        return [_resolve(e, info) if isinstance(e, str) else e for e in entries]
 
-# -- the config the rest of the code reads ---------------------------------------------------
+    @field_validator("corpus")
+    @classmethod
+    def _corpus_path(cls, path: str | None, info: ValidationInfo) -> str | None:
+        return _resolve(path, info) if path else path
 
-@dataclass
-class Cell:
-    model: dict[str, Any]  # the model entry as recorded (what load_backend takes)
-    format: str
-    toolset: str
-    retrieval: RetrievalSection
+    @model_validator(mode="after")
+    def _filled_in(self, info: ValidationInfo) -> RunConfig:
+        for r in self.retrieval:  # a retrieval without its own k takes the config's
+            if r.k is None:
+                r.k = self.k
+        self._source = (info.context or {}).get("source", "<config>")
+        return self
 
     @property
-    def id(self) -> str:
-        r = self.retrieval
-        rpart = f"{r.method}-{r.mode}" if r.on else "no-rag"
-        fmt = self.format if self.toolset != "none" else "-"
-        return f"{self.model['id']}/{fmt}/{self.toolset}/{rpart}"
+    def source(self) -> str:
+        return self._source
 
-    def facets(self) -> dict[str, Any]:
-        """What include/exclude rules and reports group by."""
-        return {"model": self.model["id"], "format": self.format, "toolset": self.toolset,
-                "retrieval": self.retrieval.mode,
-                "method": self.retrieval.method if self.retrieval.on else None}
-
-    def settings(self) -> dict[str, Any]:
-        return {"model": self.model, "format": self.format, "toolset": self.toolset,
-                "retrieval": self.retrieval.record()}
-
-
-@dataclass
-class RunConfig:
-    """A checked config, built by `parse_config` (from YAML, or from a mapping with
-    evalpipe.load). Sections stay typed; model entries are kept as recorded (each
-    cell records its model's), with only the values that are not the defaults."""
-
-    name: str
-    questions: list[str | dict[str, Any]]  # a path, or {path, fields, values}
-    corpus: str | None
-    models: list[dict[str, Any]]
-    formats: list[str]
-    toolsets: list[str]
-    retrieval: list[RetrievalSection]  # k filled in from the top-level k
-    generation: GenerationSettings
-    max_turns: int
-    limit: int | None  # questions per suite
-    suites: list[str] | None
-    system_prompt: str | None
-    final_answer_line: bool
-    repeats: int
-    latency_probe: int
-    custom_tools: list[str]
-    chunking: ChunkingSection
-    tool_limits: ToolLimitsSection
-    schema_tools: SchemaToolsSection
-    match: str
-    k: int
-    include: list[dict[str, Any]]
-    exclude: list[dict[str, Any]]
-    judge: dict[str, Any] | None  # JudgeSection, its model entry as recorded
-    source: str
+    def sources(self) -> list[str | QuestionSource]:
+        """The `questions` entries as the question readers take them."""
+        return [e if isinstance(e, str) else QuestionSource(e.path, e.fields, e.values)
+                for e in self.questions]
 
     def to_dict(self) -> dict[str, Any]:
         """The normalised config: what the manifest records and the hash covers."""
-        out = {k: v for k, v in vars(self).items() if k != "source"}
-        if out["judge"] is None:  # configs without a judge keep the hash they had
-            del out["judge"]
+        out = self.model_dump(exclude={"judge"} if self.judge is None else set())
+        out["questions"] = [q if isinstance(q, str) else q.model_dump(exclude_defaults=True)
+                            for q in self.questions]
+        out["models"] = [m.record() for m in self.models]
         out["retrieval"] = [r.record() for r in self.retrieval]
-        out["generation"] = asdict(self.generation)
-        for key in ("chunking", "tool_limits", "schema_tools"):
-            out[key] = getattr(self, key).model_dump()
+        for key in ("include", "exclude"):
+            out[key] = [r.model_dump(exclude_none=True) for r in getattr(self, key)]
+        if self.judge is not None:  # configs without a judge keep the hash they had
+            out["judge"] = self.judge.record()
         return copy.deepcopy(out)
 
     def hash(self) -> str:
@@ -335,15 +326,10 @@ class RunConfig:
         return cells
 
     def _keeps(self, cell: Cell) -> bool:
-        facts = cell.facets()
-
-        def matches(rule: dict[str, Any]) -> bool:
-            return all(facts.get(k) == v or (isinstance(v, list) and facts.get(k) in v)
-                       for k, v in rule.items())
-
-        if self.include and not any(matches(r) for r in self.include):
+        facets = cell.facets()
+        if self.include and not any(r.matches(facets) for r in self.include):
             return False
-        return not any(matches(r) for r in self.exclude)
+        return not any(r.matches(facets) for r in self.exclude)
 
 
 # -- reading a config ------------------------------------------------------------------------
@@ -389,10 +375,14 @@ def apply_dtype(raw: dict[str, Any], dtype: str) -> dict[str, Any]:
     raw = copy.deepcopy(raw)
     models = [{"id": m} if isinstance(m, str) else m
               for m in _as_list(raw.get("models") or [{"id": DEFAULT_MODEL}])]
-    raw["models"] = [{**m, "dtype": dtype} if isinstance(m, dict) and "dtype" in MODEL_ENTRIES.get(
-        m.get("backend", "transformers"), TransformersModel).model_fields else m
-        for m in models]
+    raw["models"] = [{**m, "dtype": dtype} if isinstance(m, dict) and _has_dtype(m) else m
+                     for m in models]
     return raw
+
+
+def _has_dtype(model: dict[str, Any]) -> bool:
+    kind = model.get("backend", DEFAULT_BACKEND)  # an unknown one is named by the schema
+    return kind in BACKENDS and "dtype" in BACKENDS[kind].model_fields
 
 
 def load_config(path: str | Path, sets: list[str] | tuple[str, ...] = (), *,
@@ -423,59 +413,23 @@ def load_config(path: str | Path, sets: list[str] | tuple[str, ...] = (), *,
 
 def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Path("."), *,
                  text: str | None = None, overridden: Sequence[str] = ()) -> RunConfig:
-    """Check a config mapping against the schema and build the RunConfig.
-    `text` (the YAML) lets errors name a line; `overridden` keys came from --set."""
+    """Check a config mapping against the schema: the RunConfig. Relative paths resolve
+    against `base` (the config's folder); `text` (the YAML) lets errors name a line;
+    `overridden` keys came from --set."""
     if not isinstance(raw, dict):
         raise InputError("config is not a mapping", file=source, expected="YAML mapping")
     given = _shape(raw)
     try:
-        spec = ConfigSpec.model_validate(given)
+        config = RunConfig.model_validate(given, context={"source": source, "base": base})
     except ValidationError as exc:
-        raise input_error(exc, ConfigSpec, file=source, text=text,
-                          overridden=overridden) from None
-
-    def resolve(p: str) -> str:
-        # Paths are relative to the working directory when they exist there, else to the config.
-        if p.startswith(BFCL_SOURCE) or Path(p).exists() or Path(p).is_absolute():
-            return p
-        return str(base / p)
-
-    _check_question_mappings(spec.questions, source, text)
-    if spec.corpus is None and any(r.on for r in spec.retrieval):
+        raise input_error(exc, RunConfig, file=source, text=text, overridden=overridden,
+                          data=given) from None
+    _check_question_mappings(config.questions, source, text)
+    if config.corpus is None and any(r.on for r in config.retrieval):
         raise InputError("retrieval is on but no corpus is named", file=source, field="corpus",
                          expected="a folder of documents")
-    _check_custom_tools(spec, source, text)
-    return RunConfig(
-        name=spec.name or _name_from(source),
-        questions=[resolve(p) if isinstance(p, str) else
-                   {**p.model_dump(exclude_defaults=True), "path": resolve(p.path)}
-                   for p in spec.questions],
-        corpus=resolve(spec.corpus) if spec.corpus else None,
-        models=[model_record(m) for m in spec.models],
-        formats=spec.formats,
-        toolsets=spec.toolsets,
-        retrieval=[r.model_copy(update={"k": r.k or spec.k}) for r in spec.retrieval],
-        generation=GenerationSettings(**spec.generation.model_dump()),
-        max_turns=spec.max_turns,
-        limit=spec.limit,
-        suites=spec.suites,
-        system_prompt=spec.system_prompt,
-        final_answer_line=spec.final_answer_line,
-        repeats=spec.repeats,
-        latency_probe=spec.latency_probe,
-        custom_tools=spec.custom_tools,
-        chunking=spec.chunking,
-        tool_limits=spec.tool_limits,
-        schema_tools=spec.schema_tools,
-        match=spec.match,
-        k=spec.k,
-        include=[r.model_dump(exclude_none=True) for r in spec.include],
-        exclude=[r.model_dump(exclude_none=True) for r in spec.exclude],
-        judge=None if spec.judge is None else {
-            **spec.judge.model_dump(exclude={"model"}), "model": model_record(spec.judge.model),
-            "labels": resolve(spec.judge.labels) if spec.judge.labels else None},
-        source=source,
-    )
+    _check_custom_tools(config, source, text)
+    return config
 
 
 def _check_question_mappings(entries: list[str | QuestionSourceSection], source: str,
@@ -500,7 +454,7 @@ def _name_from(source: str) -> str:
     return re.sub(r"[^\w.-]+", "-", Path(source).stem).strip(".-") or "run"
 
 
-def _check_custom_tools(spec: ConfigSpec, source: str, text: str | None) -> None:
+def _check_custom_tools(spec: RunConfig, source: str, text: str | None) -> None:
     """Import each custom tool (trusted code: it runs with evalpipe's permissions) and
     refuse a name that another tool of the run already has."""
     taken = {tool.name for toolset in spec.toolsets for tool in TOOLSETS[toolset]}
@@ -528,22 +482,18 @@ def _shape(raw: dict[str, Any]) -> dict[str, Any]:
                 "exclude", "models", "retrieval"):
         if key in out:
             out[key] = _as_list(out[key])
-    out["models"] = [{"backend": "transformers", **({"id": m} if isinstance(m, str) else m)}
-                     if isinstance(m, (str, dict)) else m
+    out["models"] = [{"id": m} if isinstance(m, str) else m
                      for m in out.get("models") or [DEFAULT_MODEL]]
     out["retrieval"] = [{"mode": r} if isinstance(r, str) else r
                         for r in out.get("retrieval") or ["none"]]
     judge = out.get("judge")
-    if isinstance(judge, dict) and isinstance(judge.get("model"), (str, dict)):
-        model = judge["model"]
-        out["judge"] = {**judge, "model": {"backend": "transformers",
-                                           **({"id": model} if isinstance(model, str)
-                                              else model)}}
+    if isinstance(judge, dict) and isinstance(judge.get("model"), str):
+        out["judge"] = {**judge, "model": {"id": judge["model"]}}
     for key in ("formats", "toolsets", "generation", "chunking", "tool_limits"):
         if not out.get(key, True):
             del out[key]  # `generation:` with nothing under it means the defaults
     return out
 
 
-__all__ = ["Cell", "ConfigSpec", "RetrievalSection", "RunConfig", "apply_dtype", "apply_overrides",
-           "load_config", "model_record", "parse_config", "stable_hash"]
+__all__ = ["Cell", "RetrievalSection", "RunConfig", "apply_dtype", "apply_overrides",
+           "load_config", "parse_config", "stable_hash"]

@@ -21,7 +21,8 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
-from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings
+from evalpipe.backends import TransformersModel
+from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings, ModelEntry
 from evalpipe.cache import GenerationCache
 from evalpipe.config import RunConfig
 from evalpipe.engine import Engine
@@ -114,16 +115,17 @@ def _manifests(out_root: Path) -> list[tuple[Path, dict[str, Any]]]:
     return sorted(found, key=lambda pm: pm[1]["started"], reverse=True)
 
 
-def _cells_of(manifest: dict[str, Any], model: dict[str, Any]) -> list[dict[str, Any]]:
+def _cells_of(manifest: dict[str, Any], model: ModelEntry) -> list[dict[str, Any]]:
+    recorded = model.record()
     return [c for c in (manifest.get("cells") or {}).values()
-            if (c.get("settings") or {}).get("model") == model]
+            if (c.get("settings") or {}).get("model") == recorded]
 
 
 def _seconds(stamp: str) -> float:
     return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z"))
 
 
-def last_run_rate(runs: list[tuple[Path, dict[str, Any]]], model: dict[str, Any]
+def last_run_rate(runs: list[tuple[Path, dict[str, Any]]], model: ModelEntry
                   ) -> tuple[dict[str, Any] | None, list[str]]:
     """Seconds per generated sample in the newest finished run on this machine that
     ran only this model (its model load and scoring included); and, for the newer runs
@@ -182,18 +184,18 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
     runs = _manifests(Path(out_root))
     plan_cells, models = [], []
     for model in config.models:
-        model_cells = [c for c in cells if c.model is model]
+        model_cells = [c for c in cells if c.model.id == model.id]
         earlier = next((_cells_of(m, model)[0] for _, m in runs if _cells_of(m, model)), None)
         facts = (earlier or {}).get("model")
         renderer, note = None, None
-        if model.get("backend", "transformers") == "transformers":
-            source = template_source(model["id"])
+        if isinstance(model, TransformersModel):
+            source = template_source(model.id)
             if source is None:
-                note = f"prompts not counted: {not_fetched(model['id'])}"
+                note = f"prompts not counted: {not_fetched(model.id)}"
             else:
-                renderer = TemplateBackend(model["id"], source)
+                renderer = TemplateBackend(model.id, source)
         else:
-            note = f"prompts not counted: the {model.get('backend')} backend renders them"
+            note = f"prompts not counted: the {model.backend} backend renders them"
         model_key = GenerationCache.model_key(facts) if facts else None
         to_generate = 0
         for cell in model_cells:
@@ -206,8 +208,8 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
                 runtime = _runtime(cell, renderer, facts or {}, config, corpus, questions)
                 for seed in seeds:
                     tally["first"] = {}
-                    rep = dataclasses.replace(runtime, generation=dataclasses.replace(
-                        runtime.generation, seed=seed))
+                    rep = dataclasses.replace(runtime, generation=runtime.generation.model_copy(
+                        update={"seed": seed}))
                     engine = Engine(functools.partial(_CacheOnly, cache=cache,
                                                       model_key=model_key, tally=tally))
                     for ended in engine.run(rep, questions, "plan", window=len(questions)):
@@ -220,7 +222,7 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
             to_generate += row["samples"] - (row["cached"] or 0)
             plan_cells.append(row)
         rate, skipped = last_run_rate(runs, model)
-        models.append({"model": model["id"], "facts_from_earlier_run": bool(facts),
+        models.append({"model": model.id, "facts_from_earlier_run": bool(facts),
                        "note": note, "to_generate": to_generate, "rate": rate,
                        "skipped_runs": skipped,
                        "estimate_s": rate["seconds_per_sample"] * to_generate if rate else None})

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evalpipe.backends import load_backend
+from evalpipe.backends import ModelEntry, model_entry
 from evalpipe.backends.base import Backend, GenerationSettings
 from evalpipe.cache import GenerationCache
 from evalpipe.errors import EvalpipeError, InfraError, InputError, NoVerdict
@@ -73,16 +73,17 @@ def _reading(gen: Generation) -> tuple[bool | None, str, str]:
 class Judge:
     """A backend that grades replies; `model` is a `models:` config entry."""
 
-    def __init__(self, model: dict[str, Any], max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    def __init__(self, model: ModelEntry | dict[str, Any],
+                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                  cache: GenerationCache | None = None, backend: Backend | None = None):
-        self.model = model
-        self.backend = backend or load_backend(model)
+        self.model = model_entry(model)
+        self.backend = backend or self.model.load()
         self.settings = GenerationSettings(max_new_tokens=max_new_tokens, temperature=0.0)
         self.cache = cache
 
     @property
     def name(self) -> str:
-        return str(self.model.get("id"))
+        return self.model.id
 
     def grade(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """items: {question, answer, aliases, answer_type, lang, reply} -> one judgement

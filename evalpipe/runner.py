@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from evalpipe import parallel
 from evalpipe.backends import load_backend
 from evalpipe.cache import GenerationCache
-from evalpipe.config import Cell, RetrievalSection, RunConfig, stable_hash
+from evalpipe.config import Cell, JudgeSection, RetrievalSection, RunConfig, stable_hash
 from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
 from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, CellRuntime, Engine
 from evalpipe.errors import EvalpipeError, InputError, Interrupted
@@ -41,7 +41,7 @@ def select_questions(config: RunConfig) -> list[Question]:
     """The questions of the run: every file, filtered by suite, `limit` per suite."""
     questions: list[Question] = []
     origin: dict[str, str] = {}
-    for source in question_sources(config.questions):
+    for source in question_sources(config.sources()):
         for q in load_questions(source):
             if q.id in origin:
                 raise InputError(f"question id {q.id!r} also in {origin[q.id]}",
@@ -415,7 +415,7 @@ class Run:
         count = 0
         seeds = config.repeat_seeds()
         for model in config.models:
-            model_cells = [c for c in self.cells if c.model is model]
+            model_cells = [c for c in self.cells if c.model.id == model.id]
             todo = {(c.id, r): [q for q in mine if (c.id, q.id, r) not in done]
                     for c in model_cells for r in range(len(seeds))}
             if not any(todo.values()) or stop:
@@ -436,8 +436,9 @@ class Run:
             for r, seed in enumerate(seeds):
                 # A repeat differs from the first only in its seed (and its number). The
                 # engine draws questions as conversations end: lazy, stoppable lists.
-                jobs = [(dataclasses.replace(runtime, repeat=r, generation=dataclasses.replace(
-                    runtime.generation, seed=seed)), itertools.takewhile(lambda q: not stop, left))
+                jobs = [(dataclasses.replace(runtime, repeat=r, generation=runtime.generation
+                                             .model_copy(update={"seed": seed})),
+                         itertools.takewhile(lambda q: not stop, left))
                     for runtime in runtimes if (left := todo[(runtime.cell_id, r)])]
                 if not jobs or stop:
                     continue
@@ -546,7 +547,7 @@ def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus
         call_only=config.schema_tools.mode == "call_only")
 
 
-def run_judge(store: RunStore, settings: dict[str, Any], cache: GenerationCache | None,
+def run_judge(store: RunStore, settings: JudgeSection, cache: GenerationCache | None,
               echo: Callable[[str], None] = print) -> dict[str, Any]:
     """The config's judge over a run (evalpipe.judge): judgements.jsonl, and with
     `agreement: true` its measured agreement with the labelled set in judge.json.
@@ -555,12 +556,11 @@ def run_judge(store: RunStore, settings: dict[str, Any], cache: GenerationCache 
     from evalpipe.scoring.agreement import GRADING as LABELS
     from evalpipe.scoring.agreement import load_labels
 
-    judge = Judge(settings["model"], settings.get("max_new_tokens") or 64, cache)
-    summary: dict[str, Any] = {"model": settings["model"], "use": settings.get("use"),
-                               **judge_run(store.path, judge, settings.get("use") or
-                                           "undecided", echo)}
-    if settings.get("agreement"):
-        labels = settings.get("labels") or str(LABELS)
+    judge = Judge(settings.model, settings.max_new_tokens, cache)
+    summary: dict[str, Any] = {"model": settings.model.record(), "use": settings.use,
+                               **judge_run(store.path, judge, settings.use, echo)}
+    if settings.agreement:
+        labels = settings.labels or str(LABELS)
         measured = judge_agreement(judge, load_labels(labels))
         store.write_json("judge.json", {**measured, "labels_path": labels})
         summary["agreement"] = {k: measured[k] for k in ("judge", "rules")}

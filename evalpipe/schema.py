@@ -54,17 +54,19 @@ def one_of(names: Callable[[], Collection[str]] | Collection[str], what: str) ->
 
 def input_error(exc: ValidationError, root: type[BaseModel], *, file: str | None = None,
                 text: str | None = None, prefix: str = "",
-                overridden: Sequence[str] = ()) -> InputError:
-    """The first error of `exc` (from validating a mapping as `root`) as an InputError.
-    `text`, the YAML the mapping was read from, lets it name a line; a field whose path is
-    among `overridden` (--set keys) is named as that override instead of a file line."""
+                overridden: Sequence[str] = (), data: Any = None) -> InputError:
+    """The first error of `exc` (from validating the mapping `data` as `root`) as an
+    InputError. `text`, the YAML the mapping was read from, lets it name a line; a field
+    whose path is among `overridden` (--set keys) is named as that override instead of a
+    file line. `data` tells which section an entry chose by its own key (a model entry
+    by its backend), so that an unknown key there is named against that section's keys."""
     errors = exc.errors()
     err = errors[0]
-    loc, section = _key_path(root, err["loc"])
+    loc, section = _key_path(root, err["loc"], data)
     # A value that fits no member of a union (a name, or a list of names) fails once per
     # member: the deepest error under the same key says which list item is wrong.
     for other in errors[1:]:
-        other_loc, other_section = _key_path(root, other["loc"])
+        other_loc, other_section = _key_path(root, other["loc"], data)
         if len(other_loc) > len(loc) and other_loc[:len(loc)] == loc:
             err, loc, section = other, other_loc, other_section
     dotted = ".".join(filter(None, [prefix, _dotted(loc)]))
@@ -95,15 +97,17 @@ def input_error(exc: ValidationError, root: type[BaseModel], *, file: str | None
                           "value error, "))
 
 
-def _key_path(root: type[BaseModel], loc: Sequence[Any]) -> tuple[list[Any], type[BaseModel]]:
+def _key_path(root: type[BaseModel], loc: Sequence[Any], data: Any = None
+              ) -> tuple[list[Any], type[BaseModel]]:
     """The error's path as the file spells it (without the member tag pydantic inserts
     after a tagged union: models[0].openai.concurency), and the section that holds its
     last key."""
     path: list[Any] = []
     cls: Any = root
     section = root
+    node = data  # the part of the data at `path`
     for part in loc:
-        members = _sections(cls)
+        members = _sections(cls, node)
         if isinstance(part, str) and len(members) > 1:  # the tag of a union member
             cls = next((m for m in members if part in _tag_values(m)), members[0])
             continue
@@ -114,16 +118,26 @@ def _key_path(root: type[BaseModel], loc: Sequence[Any]) -> tuple[list[Any], typ
             cls = section.model_fields[part].annotation if part in section.model_fields \
                 else None
         path.append(part)
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            node = None
     return path, section
 
 
-def _sections(annotation: Any) -> list[type[BaseModel]]:
-    """The section classes inside list[...], X | None, Annotated[Union[...], ...]."""
+def _sections(annotation: Any, data: Any = None) -> list[type[BaseModel]]:
+    """The section classes inside list[...], X | None, Annotated[Union[...], ...]; where a
+    marker chooses the section by the entry's own key (Registry.section_by), the one that
+    `data` chose."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     found: list[type[BaseModel]] = []
     for arg in typing.get_args(annotation):
-        found += [s for s in _sections(arg) if s not in found]
+        chosen = arg.section(data) if hasattr(arg, "section") and isinstance(data, dict) \
+            else None
+        if chosen is not None:
+            return [chosen]
+        found += [s for s in _sections(arg, data) if s not in found]
     return found
 
 

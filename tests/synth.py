@@ -22,8 +22,9 @@ from evalpipe.tools.builtin import TOOLSETS
 
 # The toolsets of tools/builtin.py, plus two shorthands for a cell with retrieval
 # mode "tool" (the runner adds search_site to the cell's toolset).
-TOOLSET_TOOLS = {**TOOLSETS, "search": [*TOOLSETS["none"], "search_site"],
-                 "full": [*TOOLSETS["math"], "search_site"]}
+TOOLSET_TOOLS = {name: [t.name for t in TOOLSETS[name]] for name in TOOLSETS}
+TOOLSET_TOOLS.update(search=[*TOOLSET_TOOLS["none"], "search_site"],
+                     full=[*TOOLSET_TOOLS["math"], "search_site"])
 
 
 def call(name: str, arguments: Any, result: Any = None, *, error: str | None = None,

@@ -24,7 +24,7 @@ def test_exclude_and_include_rules():
     cfg = parse_config(dict(BASE, exclude=[{"format": "json", "retrieval": "prepend"}]))
     assert not [c for c in cfg.cells() if c.format == "json" and c.retrieval.mode == "prepend"]
     cfg = parse_config(dict(BASE, include=[{"model": "m2", "toolset": "calculator"}]))
-    assert {c.model["id"] for c in cfg.cells()} == {"m2"}
+    assert {c.model.id for c in cfg.cells()} == {"m2"}
     with pytest.raises(InputError, match="empty"):
         parse_config(dict(BASE, include=[{"model": "nope"}])).cells()
 
@@ -86,7 +86,7 @@ def test_dtype_override_reaches_only_models_with_weights(tmp_path):
     path.write_text("questions: [q.jsonl]\nmodels:\n  - m1\n"
                     "  - {id: s, backend: openai, base_url: http://x}\n")
     cfg = load_config(path, dtype="bfloat16")
-    assert [m.get("dtype") for m in cfg.models] == ["bfloat16", None]
+    assert [m.record().get("dtype") for m in cfg.models] == ["bfloat16", None]
     assert cfg.hash() != load_config(path).hash()
 
 
@@ -94,7 +94,7 @@ def test_set_indexes_lists(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("questions: [q.jsonl]\nmodels: [{id: m1}, {id: m2}]\n")
     cfg = load_config(path, sets=["models.1.dtype=bfloat16"])
-    assert [m.get("dtype") for m in cfg.models] == [None, "bfloat16"]
+    assert [m.record().get("dtype") for m in cfg.models] == [None, "bfloat16"]
 
 
 def test_config_built_in_python_hashes_like_yaml(tmp_path):

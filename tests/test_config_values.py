@@ -120,13 +120,6 @@ def test_a_name_taken_from_the_file_name_is_made_a_plain_folder_name(tmp_path):
     assert load_config(path).name == "my-nightly-v2"
 
 
-def test_every_backend_has_a_config_entry():
-    from evalpipe.backends import BACKENDS
-    from evalpipe.config import MODEL_ENTRIES
-
-    assert sorted(MODEL_ENTRIES) == sorted(BACKENDS)
-
-
 def test_the_python_api_refuses_the_same_values():
     import evalpipe
     from evalpipe.errors import InputError

@@ -399,7 +399,7 @@ def test_agreement_gives_kappa_and_raw_agreement_for_the_judge_and_the_rules():
 def test_the_judge_is_a_config_section_named_like_a_model(tmp_path):
     config = parse_config({"questions": ["q.jsonl"], "judge": {"model": "smollm2-135m",
                                                                "use": "all"}})
-    assert config.judge["model"] == {"id": "smollm2-135m", "backend": "transformers"}
+    assert config.judge.model.record() == {"id": "smollm2-135m", "backend": "transformers"}
     assert "judge" not in parse_config({"questions": ["q.jsonl"]}).to_dict()
     result = CliRunner().invoke(main, ["judge"])
     assert result.exit_code == 2 and "nothing to do" in result.output

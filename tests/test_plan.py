@@ -133,6 +133,7 @@ def test_plan_never_fetches_or_converts_a_model(tmp_path, monkeypatch):
 def test_plan_says_which_runs_it_could_not_time(tmp_path):
     """It printed "no finished run of this model alone ... yet" while such runs existed
     (resumed, or every reply from the cache)."""
+    from evalpipe.backends import model_entry
     from evalpipe.dryrun import _manifests, last_run_rate, render_plan
     from evalpipe.store import machine
 
@@ -156,7 +157,7 @@ def test_plan_says_which_runs_it_could_not_time(tmp_path):
     run("r2-resumed", "2025-01-02T10:00:00+0000", [sample("a")], resumed=["x"])
     run("r3-other", "2025-01-01T10:00:00+0000", [sample("a")],
         cells={"m/-/none/no-rag": cell, "n/-/none/no-rag": {"settings": {"model": {"id": "n"}}}})
-    rate, skipped = last_run_rate(_manifests(tmp_path), model)
+    rate, skipped = last_run_rate(_manifests(tmp_path), model_entry(model))
     assert rate is None
     assert skipped == ["r0-damaged (damaged)", "r1-cached (every reply came from the cache)",
                        "r2-resumed (resumed: its time spans more than one sitting)",

@@ -3,6 +3,12 @@
 A prompt is an opaque string the backend understands (chat-template text for
 local models, canonical JSON for HTTP APIs); it is also the generation cache
 key, so it must hold everything that decides the reply.
+
+A `models:` entry of the config is a `ModelEntry`: a model id, the backend that runs
+it, and that backend's options, checked by the entry's section (each backend
+declares its own and registers it in evalpipe.backends.BACKENDS); `load` makes the
+backend. The generation settings are a section too: the config's `generation:` is
+this `GenerationSettings`, with its defaults and ranges.
 """
 
 from __future__ import annotations
@@ -10,10 +16,12 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
-from dataclasses import asdict, dataclass
 from typing import Any
 
+from pydantic import ConfigDict, Field
+
 from evalpipe.records import Generation
+from evalpipe.schema import Section
 
 # Models without a chat template (base models) get this plain, documented one.
 PLAIN_TEMPLATE = (
@@ -33,16 +41,20 @@ def cut_plain_turn(text: str) -> str:
     return text[: match.start()] if match else text
 
 
-@dataclass(frozen=True)
-class GenerationSettings:
-    max_new_tokens: int = 256
-    temperature: float = 0.0  # 0 means greedy
-    top_p: float = 1.0
+class GenerationSettings(Section):
+    """How replies are sampled: the config's `generation:` section, and what every
+    backend and the cache key read (frozen: a repeat gets a copy with its own seed)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_new_tokens: int = Field(256, ge=1)
+    temperature: float = Field(0.0, ge=0)  # 0 means greedy
+    top_p: float = Field(1.0, gt=0, le=1)
     seed: int = 0
-    batch_size: int = 256  # rows decoded together at most (the measured cap may be fewer)
+    batch_size: int = Field(256, ge=1)  # rows decoded together at most (the cap may be fewer)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump()
 
 
 class GenerationSession:
@@ -139,3 +151,22 @@ class Backend(ABC):
         fingerprint. None: describe() identifies the model fully. A dict with
         "unknown" (why): it could not be observed, so no cached reply may be used."""
         return None
+
+
+class ModelEntry(Section):
+    """A `models:` entry: a model id, its backend, and the options that backend declares
+    in its own entry (a subclass, registered in evalpipe.backends.BACKENDS)."""
+
+    id: str
+    backend: str
+
+    def record(self) -> dict[str, Any]:
+        """The entry as recorded with each cell and hashed: id and backend, and every
+        option that is not its default (spelling a default out changes nothing)."""
+        return {"id": self.id, "backend": self.backend,
+                **self.model_dump(exclude_defaults=True, exclude_none=True)}
+
+    def load(self) -> Backend:
+        """The backend, with this model loaded (or reached)."""
+        raise NotImplementedError(f"backend {self.backend!r} declares no load()")
+

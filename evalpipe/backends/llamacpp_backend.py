@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from evalpipe.backends.base import Backend, GenerationSettings
+from evalpipe.backends.base import Backend, GenerationSettings, ModelEntry
 from evalpipe.backends.models import gguf_path
 from evalpipe.backends.templates import ChatTemplate
 from evalpipe.backends.weights import file_digest
@@ -36,6 +36,13 @@ class LlamaCppOptions(Section):
     n_threads: int | None = Field(None, ge=1)  # None: llama.cpp's own choice
     seed: int = 0
     n_batch: int = Field(512, ge=1)
+
+
+class LlamaCppModel(ModelEntry, LlamaCppOptions):
+    """A `backend: llamacpp` entry: a GGUF model id or alias and its options."""
+
+    def load(self) -> Backend:
+        return LlamaCppBackend(self.id, **self.model_dump(exclude={"id", "backend"}))
 
 
 class LlamaCppBackend(Backend):

@@ -33,7 +33,13 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings, run_dry
+from evalpipe.backends.base import (
+    Backend,
+    GenerationSession,
+    GenerationSettings,
+    ModelEntry,
+    run_dry,
+)
 from evalpipe.backends.http_client import Circuit, HttpClient, RequestFailed
 from evalpipe.backends.openai_reply import MalformedReply, check_values
 from evalpipe.errors import InputError
@@ -203,13 +209,15 @@ class OpenAIBackend(Backend):
         body["_mode"] = prompt["mode"]
         return body
 
-def from_config(model: dict[str, Any]) -> OpenAIBackend:
-    """An OpenAIBackend from a `models:` entry of the config."""
-    if "api_key" in model:
-        raise InputError("an API key must not be written in the config", field="models.api_key",
-                         expected="api_key_env: THE_NAME_OF_AN_ENVIRONMENT_VARIABLE")
-    options = {k: v for k, v in model.items() if k not in ("id", "backend", "base_url")}
-    return OpenAIBackend(model["id"], model.get("base_url", ""), **options)
+class OpenAIModel(ModelEntry, OpenAIOptions):
+    """A `backend: openai` entry: any OpenAI-compatible server (docs/backends.md). An API
+    key has no key here: `api_key_env` names the variable that holds it."""
+
+    base_url: str
+
+    def load(self) -> Backend:
+        return OpenAIBackend(self.id, self.base_url,
+                             **self.model_dump(exclude={"id", "backend", "base_url"}))
 
 
 class _InFlightSession(GenerationSession):

@@ -10,10 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalpipe import jsonl
-from evalpipe.backends.base import Backend, GenerationSettings
+from evalpipe.backends.base import Backend, GenerationSettings, ModelEntry
 from evalpipe.errors import InputError
 from evalpipe.identity import request_hash, request_key
 from evalpipe.records import Generation
+
+
+class ReplayModel(ModelEntry):
+    """A `backend: replay` entry: the recorded run whose replies it serves."""
+
+    recording: str  # a samples.jsonl written by an earlier run
+
+    def load(self) -> Backend:
+        return ReplayBackend(self.id, self.recording)
 
 
 class ReplayBackend(Backend):

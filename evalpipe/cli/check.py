@@ -29,7 +29,7 @@ def validate(paths, config_path, corpus):
     if config_path:
         config = api.load(config_path)
         custom_tools = config.custom_tools
-        paths = paths or tuple(config.questions)
+        paths = paths or tuple(config.sources())
         corpus = corpus or config.corpus
     if not paths:
         raise InputError("nothing to check", field="PATHS",

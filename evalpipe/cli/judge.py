@@ -7,29 +7,28 @@ import click
 from evalpipe.cli.common import echo, handle_errors
 
 
-def _settings(judge_file: str | None, model: str | None, run_dir: str | None) -> dict:
+def _settings(judge_file: str | None, model: str | None, run_dir: str | None):
     """The judge section: from --judge FILE (a YAML holding `judge:`), --model ID, or the
     run's own config."""
     from evalpipe.config import parse_config
     from evalpipe.errors import InputError
 
+    section, source = None, "<config>"
     if judge_file:
         import yaml
 
         with open(judge_file, encoding="utf-8") as f:
-            text = f.read()
-        raw = yaml.safe_load(text) or {}
-        section = raw.get("judge", raw) if isinstance(raw, dict) else raw
-        config = parse_config({"questions": ["-"], "judge": section}, source=judge_file)
-        return config.judge or {}
-    if model:
-        return parse_config({"questions": ["-"], "judge": {"model": model}}).judge or {}
-    if run_dir:
+            raw = yaml.safe_load(f.read()) or {}
+        section, source = (raw.get("judge", raw) if isinstance(raw, dict) else raw), judge_file
+    elif model:
+        section = {"model": model}
+    elif run_dir:
         from evalpipe.store import RunStore
 
-        judge = (RunStore(run_dir).read_json("manifest.json").get("config") or {}).get("judge")
-        if judge:
-            return judge
+        section = (RunStore(run_dir).read_json("manifest.json").get("config") or {}).get("judge")
+        source = f"{run_dir}/manifest.json"
+    if section:
+        return parse_config({"questions": ["-"], "judge": section}, source=source).judge
     raise InputError("no judge given", field="--judge",
                      expected="--judge FILE, --model ID, or a run whose config has `judge:`")
 
@@ -69,17 +68,16 @@ def judge(run_dir, judge_file, model, use, agreement, labels, limit):
                          expected="a run directory, or --agreement")
     settings = _settings(judge_file, model, run_dir)
     cache = GenerationCache()
-    grader = Judge(settings["model"], settings.get("max_new_tokens") or 64, cache)
+    grader = Judge(settings.model, settings.max_new_tokens, cache)
     failures = []
     if run_dir is not None:
-        counts = judge_run(run_dir, grader, use or settings.get("use") or "undecided",
-                           echo=echo)
+        counts = judge_run(run_dir, grader, use or settings.use, echo=echo)
         score_run(RunStore(run_dir))
         echo(f"judged {counts['judged']} answers ({summary(counts)}); wrote "
              f"{run_dir}/judgements.jsonl and re-scored")
         failures.append(could_not_judge(counts, run_dir))
     if agreement:
-        path = labels or settings.get("labels") or str(LABELS)
+        path = labels or settings.labels or str(LABELS)
         rows = load_labels(path)[:limit] if limit else load_labels(path)
         measured = judge_agreement(grader, rows)
         echo(agreement_line(measured))

@@ -33,7 +33,7 @@ def retrieve(config_path, methods, k, question_paths, as_json):
     config = load_config(config_path)
     if not config.corpus:
         raise InputError("the config names no corpus", file=config.source, field="corpus")
-    paths = question_sources(question_paths or config.questions)
+    paths = question_sources(question_paths or config.sources())
     questions = [q for p in paths for q in load_questions(p)]
     settings = [{"method": m} for m in methods] or [
         {key: v for key, v in r.record().items() if key not in ("mode", "k")}
