@@ -10,6 +10,7 @@ does not move this test; the shipped files themselves are checked to round-trip.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -198,7 +199,9 @@ def at_root(monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     (tmp_path / "mytools.py").write_text("def double(x: int) -> int:\n    return 2 * x\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    return tmp_path
+    sys.modules.pop("mytools", None)  # other tests import a module of that name too
+    yield tmp_path
+    sys.modules.pop("mytools", None)
 
 
 @pytest.mark.parametrize("name", sorted(PINNED))
