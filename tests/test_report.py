@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from report_fixtures import BASE, MODEL, TOOLS, make_run_a, samples_a, write_run
 
+from evalpipe._report import escape
 from evalpipe._report.build import build_report
 from evalpipe._report.load import load_run, model_parameters
 from evalpipe._report.render import (
@@ -21,7 +22,6 @@ from evalpipe._report.render import (
     render_json,
     render_latex,
     render_markdown,
-    tex_escape,
 )
 from evalpipe._report.tables import score_table
 
@@ -183,7 +183,7 @@ def test_latex_parses_with_booktabs_structure(data):
         assert rows and all(r == len(spec) - 1 for r in rows), (spec, rows)
     assert r"tiny-135m/-/none/no-rag" in tex and r"25.0\% (1/4)" in tex
     assert r"\usepackage{booktabs}" in tex
-    assert tex_escape("a_b & 50% #1 {x}") == r"a\_b \& 50\% \#1 \{x\}"
+    assert escape.tex("a_b & 50% #1 {x}") == r"a\_b \& 50\% \#1 \{x\}"
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None,

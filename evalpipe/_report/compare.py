@@ -596,16 +596,14 @@ def summary_line(cmp: Comparison) -> str:
 
 
 def render_markdown(cmp: Comparison) -> str:
+    from evalpipe._report.escape import md, md_code
     from evalpipe._report.tables import markdown_table
-
-    def esc(s: str) -> str:
-        return s.replace("|", "\\|")
 
     regs = cmp.regressions
     icon = ":warning:" if cmp.not_compared or cmp.refused else \
         ":x:" if regs else ":white_check_mark:"
-    out = [f"## evalpipe compare: `{cmp.run_a}` -> `{cmp.run_b}`\n",
-           f"{icon} **{summary_line(cmp).removeprefix('verdict: ')}**\n",
+    out = [f"## evalpipe compare: {md_code(cmp.run_a)} -> {md_code(cmp.run_b)}\n",
+           f"{icon} **{md(summary_line(cmp).removeprefix('verdict: '))}**\n",
            (f"Paired over {cmp.questions_shared} shared questions. Differences are B - A in "
             f"percentage points with a paired bootstrap 95% interval ({cmp.resamples} "
             f"resamples, seed {cmp.seed}); McNemar's exact test for binary metrics. A metric "
@@ -613,19 +611,18 @@ def render_markdown(cmp: Comparison) -> str:
             "interval is below zero.\n"), f"{_unit_line(cmp)[0].upper()}{_unit_line(cmp)[1:]}.\n"]
     if cmp.warnings:
         out.append("**Warnings**\n")
-        out += [f"- {esc(w)}" for w in cmp.warnings]
+        out += [f"- {md(w)}" for w in cmp.warnings]
         out.append("")
     for cc in cmp.cells + ([cmp.pooled] if cmp.pooled else []):
         title = cc.b_cell if cc.a_cell == cc.b_cell else f"{cc.a_cell} -> {cc.b_cell}"
-        out.append(f"### `{title}` ({cc.matched_by}, {cc.n_pairs} pairs)\n")
-        out.append(markdown_table(HEADER, [[esc(c) for c in r] for r in
-                                           metric_rows(cc, cmp.k)]))
+        out.append(f"### {md_code(title)} ({md(cc.matched_by)}, {cc.n_pairs} pairs)\n")
+        out.append(markdown_table(HEADER, metric_rows(cc, cmp.k)))
         if cc.right_to_wrong or cc.wrong_to_right or cc.category_moves:
             out.append("<details><summary>flips and category moves</summary>\n")
             out.append(f"- right -> wrong ({len(cc.right_to_wrong)}): "
-                       f"{esc(_ids(cc.right_to_wrong)) or '-'}")
+                       f"{md(_ids(cc.right_to_wrong)) or '-'}")
             out.append(f"- wrong -> right ({len(cc.wrong_to_right)}): "
-                       f"{esc(_ids(cc.wrong_to_right)) or '-'}\n")
+                       f"{md(_ids(cc.wrong_to_right)) or '-'}\n")
             if cc.category_moves:
                 out.append(markdown_table(["from", "to", "count"],
                                           [[f, t, str(n)] for f, t, n in cc.category_moves]))

@@ -1,20 +1,22 @@
 """One self-contained HTML report: tables, plots (base64 PNG), a per-sample browser.
 
 Nothing is fetched at view time: CSS and JS are inline, plots are data: URIs,
-sample data sits in a <script type="application/json"> block. The browser
-builds every element with textContent, so model output can never inject markup.
+sample data sits in a <script type="application/json"> block. Every value from the run
+reaches the page through escape.html_text (elements, attributes) or escape.json_script
+(the data blocks); the browser builds every element of the sample browser with
+textContent, so model output can never inject markup.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import json
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
 from evalpipe._report.build import MAIN_METRICS, metric_label
+from evalpipe._report.escape import HTML, html_text, json_script
 from evalpipe._report.load import RunData
 from evalpipe._report.render import (
     COST_NOTE,
@@ -95,17 +97,11 @@ def sample_view(scored: ScoredSample, raw: SampleRecord | None, question) -> dic
 
 
 def _table_html(header: list[str], rows: list[list[str]], cls: str = "") -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+    head = "".join(f"<th>{html_text(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in row) + "</tr>"
                    for row in rows)
     return (f'<div class="scroll"><table class="{cls}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{body}</tbody></table></div>')
-
-
-def _json_script(data: Any) -> str:
-    text = json.dumps(data, ensure_ascii=False, default=str)
-    # a JSON string may hold "</script>" or "<!--"; escaping "<" keeps the block closed
-    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def asset(name: str) -> str:
@@ -114,8 +110,8 @@ def asset(name: str) -> str:
 
 
 def inline_markdown(text: str) -> str:
-    """Escaped text with Markdown `code` spans as <code>: the notes are written once,
-    for the Markdown report, and read here too."""
+    """Escaped text with Markdown `code` spans as <code>: for evalpipe's own prose
+    (COST_NOTE), written once for the Markdown report and read here too."""
     parts = html.escape(text).split("`")
     if len(parts) % 2 == 0:  # an unpaired backtick stays as it is
         return html.escape(text)
@@ -124,7 +120,7 @@ def inline_markdown(text: str) -> str:
 
 def _facts_html(data: dict[str, Any]) -> str:
     """The line under the title: config, models, date, commit, status."""
-    return " · ".join(f"{html.escape(k)}: {html.escape(v)}" for k, v in facts_line(data))
+    return " · ".join(f"{html_text(k)}: {html_text(v)}" for k, v in facts_line(data))
 
 
 def render_html(run: RunData, data: dict[str, Any], plots: dict[str, bytes] | None = None,
@@ -135,7 +131,7 @@ def render_html(run: RunData, data: dict[str, Any], plots: dict[str, bytes] | No
     parts = []
     for metric, _, proportion in MAIN_METRICS:
         header, rows = accuracy_grid(data, metric, proportion)
-        parts.append(f"<h3>{html.escape(metric_label(metric, k))}</h3>"
+        parts.append(f"<h3>{html_text(metric_label(metric, k))}</h3>"
                      + _table_html(header, rows, "acc"))
     header, rows = category_grid(data)
     cat_html = _table_html(header, rows, "categories")
@@ -144,8 +140,8 @@ def render_html(run: RunData, data: dict[str, Any], plots: dict[str, bytes] | No
     noise_html = ""
     if any(r["repeats"] > 1 for r in data.get("repeats") or []):
         header, rows = repeats_grid(data)
-        flips = "".join(f"<li>{html.escape(r['cell_id'])}: "
-                        f"{html.escape(', '.join(r['flipping']))}</li>"
+        flips = "".join(f"<li>{html_text(r['cell_id'])}: "
+                        f"{html_text(', '.join(map(str, r['flipping'])))}</li>"
                         for r in data["repeats"] if r["flipping"])
         noise_html += ("<h3>Repeats</h3><p>pass^k: all of k repeats right; pass@k: at least "
                        "one; flip rate: questions whose repeats disagree; noise floor: the "
@@ -153,14 +149,14 @@ def render_html(run: RunData, data: dict[str, Any], plots: dict[str, bytes] | No
                        + _table_html(header, rows, "repeats")
                        + (f"<p>Questions that flip:</p><ul>{flips}</ul>" if flips else ""))
     elif data.get("repeats"):
-        noise_html += f"<p>{inline_markdown(noise_floor_line(data))}</p>"
+        noise_html += f"<p>{html_text(noise_floor_line(data))}</p>"
     if data.get("audit"):
         header, rows = audit_grid(data)
         noise_html += ("<h3>Determinism audit</h3><p>Recorded turns generated again: share "
                        "with the same reply and the same verdict.</p>"
                        + _table_html(header, rows, "audit"))
     plot_html = "".join(
-        f'<figure><img class="plot" alt="{html.escape(name)}" '
+        f'<figure><img class="plot" alt="{html_text(name)}" '
         f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}"></figure>'
         for name, png in (plots or {}).items()) or "<p>No plots (matplotlib not installed).</p>"
 
@@ -179,23 +175,23 @@ def render_html(run: RunData, data: dict[str, Any], plots: dict[str, bytes] | No
     left_out = (f'<p class="bad">The browser holds the first {len(kept)} of {len(scored)} '
                 "samples (--max-samples); the tables cover all of them.</p>"
                 if len(kept) < len(scored) else "")
-    notes = "".join(f'<p class="warn">{inline_markdown(n)}</p>' for n in report_notes(data))
+    notes = "".join(f'<p class="warn">{n}</p>' for n in report_notes(data, HTML))
     title = f"evalpipe report: {data['run_id']}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{html.escape(title)}</title><style>{asset("report.css")}</style></head>
+<title>{html_text(title)}</title><style>{asset("report.css")}</style></head>
 <body>
-<header><h1>{html.escape(title)}</h1>
+<header><h1>{html_text(title)}</h1>
 <p class="facts">{_facts_html(data)}</p>
 <nav><a href="#accuracy">Accuracy</a><a href="#categories">Failure categories</a>
 <a href="#cost">Cost</a><a href="#plots">Plots</a><a href="#browser">Samples</a></nav></header>
 <main>
 {notes}
 <section id="accuracy"><h2>Accuracy per cell and suite</h2>
-<p>rate (hits/n) [95% interval]: Wilson for proportions, Student t for recall@{k}
+<p>rate (hits/n) [95% interval]: Wilson for proportions, Student t for recall@{html_text(k)}
 (mean of per-question recall). Infrastructure errors are kept out of every rate.
-Scorer version {html.escape(str(data.get('scorer_version')))}.</p>
+Scorer version {html_text(data.get('scorer_version'))}.</p>
 {''.join(parts)}</section>
 <section id="categories"><h2>Failure categories</h2>{cat_html}</section>
 <section id="cost"><h2>Cost per sample (means)</h2>
@@ -219,8 +215,8 @@ Scorer version {html.escape(str(data.get('scorer_version')))}.</p>
 <tbody id="sample-body"></tbody></table>
 <button id="more" type="button">Show more</button>
 </section></main>
-<script type="application/json" id="sample-data">{_json_script(views)}</script>
-<script type="application/json" id="prompt-data">{_json_script(prompt_blocks)}</script>
+<script type="application/json" id="sample-data">{json_script(views)}</script>
+<script type="application/json" id="prompt-data">{json_script(prompt_blocks)}</script>
 <script>{asset("transcript.js")}</script>
 <script>{asset("report.js")}</script>
 </body></html>

@@ -2,15 +2,20 @@
 
 Needs the `report` extra (matplotlib). Every function takes the dict from
 build.build_report and returns PNG bytes, or None when the plot has nothing to
-show (e.g. no cell has a known parameter count).
+show (e.g. no cell has a known parameter count). Cell ids, suites and configurations
+are drawn as written: mathtext and TeX are off (escape.PLOT_RC) and every label passes
+through escape.plot_text.
 """
 
 from __future__ import annotations
 
+import functools
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from evalpipe._report.escape import PLOT_RC, plot_text
 from evalpipe.errors import EvalpipeError
 
 # one colour per category (scoring/categories.py), stable across plots and runs
@@ -33,6 +38,23 @@ def _plt():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _as_written(plot: Callable[[dict[str, Any]], bytes | None]
+                ) -> Callable[[dict[str, Any]], bytes | None]:
+    """Draw a plot with mathtext and TeX off: a `$` in a cell id is a dollar sign (and a
+    malformed `$\\frac$` no error), whatever the matplotlib settings around it."""
+
+    @functools.wraps(plot)
+    def drawn(data: dict[str, Any]) -> bytes | None:
+        try:
+            import matplotlib
+        except ModuleNotFoundError:
+            return plot(data)  # nothing to draw, or the install hint from _plt
+        with matplotlib.rc_context(PLOT_RC):
+            return plot(data)
+
+    return drawn
 
 
 def _png(fig) -> bytes:
@@ -110,6 +132,7 @@ def _sized_cells(data: dict[str, Any]) -> list[dict[str, Any]]:
     return cells if len({c["parameters"] for c in cells}) >= 2 else []
 
 
+@_as_written
 def accuracy_vs_size(data: dict[str, Any]) -> bytes | None:
     """Exact match (95% interval) against parameter count, one panel per suite, one line
     per configuration (format/toolset/retrieval); None unless at least two model sizes
@@ -138,9 +161,9 @@ def accuracy_vs_size(data: dict[str, Any]) -> bytes | None:
             xs = [p[0] * dodge for p in pts]
             ys = [p[1]["rate"] for p in pts]
             errs = list(zip(*[_err(p[1]) for p in pts]))
-            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=config)
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=plot_text(config))
         _scale_x(ax, [c["parameters"] for c in cells], ticks_at_values=True)
-        ax.set_title(suite)
+        ax.set_title(plot_text(suite))
         ax.set_xlabel("parameters")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
@@ -160,6 +183,7 @@ def accuracy_vs_size(data: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
+@_as_written
 def categories_stacked(data: dict[str, Any]) -> bytes | None:
     """Share of each primary failure category per cell, as stacked horizontal bars."""
     rows = data["categories"]
@@ -168,7 +192,7 @@ def categories_stacked(data: dict[str, Any]) -> bytes | None:
     plt = _plt()
     order = data["category_order"]
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.6))
-    labels = [r["cell_id"] for r in rows]
+    labels = [plot_text(r["cell_id"]) for r in rows]
     left = [0.0] * len(rows)
     for cat in order:
         widths = [r["shares"][cat]["rate"] or 0.0 for r in rows]
@@ -204,6 +228,7 @@ def _cost_points(data: dict[str, Any]) -> list[CostPoint]:
 WALL_LABEL = "wall ms per sample, under load (inside the running batch)"
 
 
+@_as_written
 def accuracy_vs_cost(data: dict[str, Any]) -> bytes | None:
     """Exact match (suite all) against mean tokens and mean wall time per sample. The
     wall time is measured under load (a row waits for the rows batched with it) and
@@ -220,7 +245,7 @@ def accuracy_vs_cost(data: dict[str, Any]) -> bytes | None:
                 continue
             lo, hi = _err(p[3])
             ax.errorbar([x], [p[3]["rate"]], yerr=[[lo], [hi]], marker="o", capsize=3,
-                        color=f"C{i % 10}", label=p[0])
+                        color=f"C{i % 10}", label=plot_text(p[0]))
         ax.set_xlabel(label)
         _scale_x(ax, [x for x in xs if x is not None])
         ax.grid(alpha=0.3)

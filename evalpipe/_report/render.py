@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from typing import Any, TypeGuard
 
 from evalpipe._report.build import COST_FIELDS, MAIN_METRICS, RATIO_FIELDS, metric_label
+from evalpipe._report.escape import (
+    MARKDOWN,
+    PLAIN,
+    Inline,
+    csv_cell,
+    json_text,
+    md,
+    md_code,
+    tex,
+)
 from evalpipe._report.tables import BFCL_SUITE, markdown_table, unscored_text, verdicts_text
 
 DASH = "-"
@@ -102,29 +111,34 @@ def facts_line(data: dict[str, Any]) -> list[tuple[str, str]]:
     return [(k, v) for k, v in pairs if v]
 
 
-def report_notes(data: dict[str, Any]) -> list[str]:
-    """What a reader must know before reading the numbers (Markdown, one line each):
-    an unfinished run, warnings the run recorded, replies served from the cache."""
+def report_notes(data: dict[str, Any], inline: Inline = PLAIN) -> list[str]:
+    """What a reader must know before reading the numbers, one line each: an unfinished
+    run, warnings the run recorded, replies served from the cache. Written in the output
+    kind of `inline` (escape.MARKDOWN, escape.HTML; PLAIN: text with `code` marks)."""
+    t, c = inline.text, inline.code
     run = data.get("run") or {}
     notes = []
     if run.get("status") and run["status"] != "finished":
         state = {"running": "is still running", "interrupted": "was interrupted",
                  "failed": "failed"}.get(run["status"], f"is {run['status']}")
-        notes.append(f"This run {state}" + (f" ({run['error']})" if run.get("error") else "")
-                     + ": the figures cover the samples written so far.")
-    notes += [f"Warning: {w}" for w in run.get("warnings") or []]
-    cached = [f"`{r['cell_id']}` {r['cached']} of {r['n']}" for r in data["cost"]
+        notes.append(t(f"This run {state}") + (t(f" ({run['error']})") if run.get("error")
+                                                else "")
+                     + t(": the figures cover the samples written so far."))
+    notes += [t(f"Warning: {w}") for w in run.get("warnings") or []]
+    cached = [c(r["cell_id"]) + t(f" {r['cached']} of {r['n']}") for r in data["cost"]
               if r.get("cached")]
     if cached:
-        notes.append("Replies from the generation cache: " + "; ".join(cached) + " samples. "
-                     "Their times are left out of every time column and plot (their wall time "
-                     "would measure a cache look-up); tokens and turns still count. Run with "
-                     "`--no-cache` to time every sample.")
-    if any(s.startswith(BFCL_SUITE) for s in data.get("suites", [])) \
+        notes.append(t("Replies from the generation cache: ") + t("; ").join(cached)
+                     + t(" samples. Their times are left out of every time column and plot "
+                         "(their wall time would measure a cache look-up); tokens and turns "
+                         "still count. Run with ") + c("--no-cache")
+                     + t(" to time every sample."))
+    if any(str(s).startswith(BFCL_SUITE) for s in data.get("suites", [])) \
             and run.get("match", "bfcl") != "bfcl":
-        notes.append("BFCL suites scored with evalpipe's argument rules (`match: evalpipe`): "
-                     "not comparable with the BFCL leaderboard; set `match: bfcl` for that "
-                     "(docs/bfcl.md).")
+        notes.append(t("BFCL suites scored with evalpipe's argument rules (")
+                     + c("match: evalpipe") + t("): not comparable with the BFCL "
+                                                "leaderboard; set ") + c("match: bfcl")
+                     + t(" for that (docs/bfcl.md)."))
     return notes
 
 
@@ -188,26 +202,24 @@ def audit_grid(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 # -- Markdown ----------------------------------------------------------------------------------
 
-def _md_escape(text: str) -> str:
-    return str(text).replace("|", "\\|")
-
-
 def render_markdown(data: dict[str, Any]) -> str:
+    """The report as GitHub Markdown: every value from the run is written as literal text
+    (escape.md in tables and prose, escape.md_code for names)."""
     k = data["k"]
-    out = [f"# Report: {data['run_id']}\n",
-           "; ".join(f"{k}: {v}" for k, v in facts_line(data)) + "\n",
-           *(f"> {_md_escape(n)}\n" for n in report_notes(data)),
+    out = [f"# Report: {md(data['run_id'])}\n",
+           "; ".join(f"{k}: {md(v)}" for k, v in facts_line(data)) + "\n",
+           *(f"> {n}\n" for n in report_notes(data, MARKDOWN)),
            (f"Scorer version {data['scorer_version']}; retrieval cut-off k = {k}. "
             "Rates are shown as `rate (hits/n) [95% interval]`: Wilson intervals for "
             "proportions, Student t for recall (a mean of per-question recall). Samples "
             "that failed for infrastructure reasons are kept out of every rate.\n")]
     if data.get("rescored"):
         out.append("_scores.json was missing: scores were computed for this report._\n")
-    infra = [f"{r['cell_id']} ({r['suite']}): {r['n_infra']}" for r in data["accuracy"]
+    infra = [md(f"{r['cell_id']} ({r['suite']}): {r['n_infra']}") for r in data["accuracy"]
              if r.get("n_infra") and r["suite"] == "all"]
     if infra:
         out.append("Infrastructure errors, left out of the rates: " + "; ".join(infra) + "\n")
-    failed = [f"{r['cell_id']}: {r['n_tool_failure']}" for r in data["accuracy"]
+    failed = [md(f"{r['cell_id']}: {r['n_tool_failure']}") for r in data["accuracy"]
               if r.get("n_tool_failure") and r["suite"] == "all"]
     if failed:
         out.append("Tool failures (a tool raised or timed out on a right call), left out of "
@@ -218,15 +230,15 @@ def render_markdown(data: dict[str, Any]) -> str:
     for metric, _, proportion in MAIN_METRICS:
         header, rows = accuracy_grid(data, metric, proportion)
         out.append(f"## {metric_label(metric, k)}\n")
-        out.append(markdown_table(header, [[_md_escape(c) for c in r] for r in rows]))
+        out.append(markdown_table(header, rows))
     header, rows = category_grid(data)
     out.append("## Failure categories (suite all)\n")
     out.append("Count and share of samples per primary category.\n")
-    out.append(markdown_table(header, [[_md_escape(c) for c in r] for r in rows]))
+    out.append(markdown_table(header, rows))
     header, rows = cost_grid(data)
     out.append("## Cost per sample (suite all, means)\n")
     out.append(COST_NOTE + "\n")
-    out.append(markdown_table(header, [[_md_escape(c) for c in r] for r in rows]))
+    out.append(markdown_table(header, rows))
     if any(r["repeats"] > 1 for r in data.get("repeats") or []):
         header, rows = repeats_grid(data)
         out.append("## Repeats (suite all)\n")
@@ -235,24 +247,24 @@ def render_markdown(data: dict[str, Any]) -> str:
                    "share of questions whose repeats disagree. Noise floor: the smallest "
                    "difference in exact match a second run of this size could be told apart "
                    "from (5% two-sided, 80% power).\n")
-        out.append(markdown_table(header, [[_md_escape(c) for c in r] for r in rows]))
+        out.append(markdown_table(header, rows))
         for r in data["repeats"]:
             if r["flipping"]:
-                out.append(f"- flipping in `{r['cell_id']}` ({len(r['flipping'])}): "
-                           + _md_escape(", ".join(r["flipping"])))
+                out.append(f"- flipping in {md_code(r['cell_id'])} ({len(r['flipping'])}): "
+                           + md(", ".join(map(str, r["flipping"]))))
         out.append("")
     elif noise_floor_line(data):
-        out.append(_md_escape(noise_floor_line(data)) + "\n")
+        out.append(md(noise_floor_line(data)) + "\n")
     if data.get("audit"):
         header, rows = audit_grid(data)
         audit = data["audit"]
         out.append("## Determinism audit\n")
-        out.append(f"{audit.get('turns', 0)} recorded turns generated again "
+        out.append(f"{md(audit.get('turns', 0))} recorded turns generated again "
                    "(`evalpipe audit`): share whose reply, and whose verdict (the calls "
                    "parsed, or the answer's exact match), equal the recorded ones.\n")
-        out.append(markdown_table(header, [[_md_escape(c) for c in r] for r in rows]))
+        out.append(markdown_table(header, rows))
         for note in audit.get("skipped", []):
-            out.append(f"- {_md_escape(note)}")
+            out.append(f"- {md(note)}")
     return "\n".join(out)
 
 
@@ -319,33 +331,24 @@ def render_csv(data: dict[str, Any]) -> str:
     writer.writeheader()
     for row in tidy_rows(data):
         row = {**row, **facets.get(row["cell_id"], {})}
-        writer.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) else v))
-                         for k, v in row.items()})
+        writer.writerow({k: csv_cell(v) for k, v in row.items()})
     return buf.getvalue()
 
 
 # -- LaTeX -------------------------------------------------------------------------------------
 
-_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-        "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}"}
-
-
-def tex_escape(text: Any) -> str:
-    return "".join(_TEX.get(ch, ch) for ch in str(text))
-
-
 def _tex_table(caption: str, label: str, header: list[str], rows: list[list[str]],
                note: str = "") -> str:
     cols = "l" + "r" * (len(header) - 1)
     lines = [r"\begin{table}[ht]", r"\centering", r"\small",
-             rf"\caption{{{tex_escape(caption)}}}", rf"\label{{tab:{label}}}",
+             rf"\caption{{{tex(caption)}}}", rf"\label{{tab:{label}}}",
              r"\resizebox{\linewidth}{!}{%",
              rf"\begin{{tabular}}{{{cols}}}", r"\toprule",
-             " & ".join(tex_escape(h) for h in header) + r" \\", r"\midrule"]
-    lines += [" & ".join(tex_escape(c) for c in row) + r" \\" for row in rows]
+             " & ".join(tex(h) for h in header) + r" \\", r"\midrule"]
+    lines += [" & ".join(tex(c) for c in row) + r" \\" for row in rows]
     lines += [r"\bottomrule", r"\end{tabular}}"]
     if note:
-        lines.append(rf"\par\footnotesize {tex_escape(note)}")
+        lines.append(rf"\par\footnotesize {tex(note)}")
     lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
 
@@ -354,7 +357,7 @@ def render_latex(data: dict[str, Any], standalone: bool = False) -> str:
     """booktabs tables (needs \\usepackage{booktabs,graphicx}); a whole document
     with standalone=True."""
     k = data["k"]
-    parts = [(f"% evalpipe report for run {data['run_id']}\n"
+    parts = [(f"% evalpipe report for run {tex(data['run_id'])}\n"
               "% requires \\usepackage{booktabs} and \\usepackage{graphicx}\n")]
     for metric, _, proportion in MAIN_METRICS:
         header, rows = accuracy_grid(data, metric, proportion)
@@ -379,4 +382,4 @@ def render_latex(data: dict[str, Any], standalone: bool = False) -> str:
 # -- JSON --------------------------------------------------------------------------------------
 
 def render_json(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+    return json_text(data, indent=2) + "\n"

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from evalpipe._report.tables import markdown_table
 from evalpipe.errors import InputError
 from evalpipe.prompts import block_texts, turn_prompt
 from evalpipe.records import SampleRecord
@@ -122,7 +123,7 @@ def calls_table(samples: list[dict[str, Any]], scored: list[dict[str, Any]],
     """One Markdown row per sample: cell, question, the calls made, the final answer and
     the verdict (category, with its subtype)."""
     verdicts = {(s["cell_id"], s["question_id"], s.get("repeat", 0)): s for s in scored}
-    out = ["| cell | question | calls made | answer | verdict |", "|---|---|---|---|---|"]
+    rows = []
     for sample in samples:
         if cell is not None and sample["cell_id"] != cell:
             continue
@@ -133,7 +134,6 @@ def calls_table(samples: list[dict[str, Any]], scored: list[dict[str, Any]],
             category += f" ({verdict['subtype']})"
         question = questions.get(sample["question_id"])
         text = question.question if question is not None else sample["question_id"]
-        row = [sample["cell_id"], _one_line(text, 70), calls_made(sample),
-               _one_line(sample.get("final_answer") or "", 80) or "-", category]
-        out.append("| " + " | ".join(v.replace("|", "\\|") for v in row) + " |")
-    return "\n".join(out) + "\n"
+        rows.append([sample["cell_id"], _one_line(text, 70), calls_made(sample),
+                     _one_line(sample.get("final_answer") or "", 80) or "-", category])
+    return markdown_table(["cell", "question", "calls made", "answer", "verdict"], rows)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalpipe._report.escape import md
 from evalpipe.scoring.categories import DISPLAY_ORDER as CATEGORY_ORDER
 
 
@@ -17,9 +18,12 @@ def fmt_rate(metric: dict[str, Any] | None) -> str:
         f"{100 * rate:.1f}% (n={n})"
 
 
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+def markdown_table(header: list[Any], rows: list[list[Any]]) -> str:
+    """A GitHub Markdown table; every cell, header included, is written as literal text
+    (escape.md), so callers pass cells as they are."""
+    lines = ["| " + " | ".join(md(h) for h in header) + " |",
+             "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -48,10 +52,10 @@ def verdicts_text(scores: dict[str, Any]) -> str:
     v = scores.get("verdicts") or {}
     parts = []
     if v.get("judge"):
-        parts.append(f"{v['judge']} answer verdicts came from the judge "
-                     f"({', '.join(v.get('judge_models') or [])}; flag `judged`)")
+        parts.append(f"{md(v['judge'])} answer verdicts came from the judge "
+                     f"({md(', '.join(map(str, v.get('judge_models') or [])))}; flag `judged`)")
     if v.get("undecided"):
-        parts.append(f"{v['undecided']} answers the rules left undecided without a judge "
+        parts.append(f"{md(v['undecided'])} answers the rules left undecided without a judge "
                      "verdict (flag `undecided`; scored by the rules' reading)")
     return "".join(f"\n{p}.\n" for p in parts)
 
@@ -79,7 +83,7 @@ def bfcl_table(scores: dict[str, Any]) -> str:
         rows.append(row)
     rules = scores.get("match") or "evalpipe"
     caveat = ("" if rules == "bfcl" else
-              f"\nArguments compared by evalpipe's rules (match: {rules}): these numbers are "
+              f"\nArguments compared by evalpipe's rules (match: {md(rules)}): these numbers are "
               "NOT comparable with the BFCL leaderboard; set match: bfcl for that.\n")
     return (caveat + "\nBFCL accuracy per category (every call valid and the plan matched; "
             "format validity counts samples with a call attempt):\n\n"
@@ -96,8 +100,8 @@ def unscored_text(unscored: list[dict[str, Any]]) -> str:
     lines = [(f"\n{len(unscored)} sample(s) could not be scored and are left out of every "
              "rate (category scorer_error):\n")]
     for u in unscored[:MAX_UNSCORED_LISTED]:
-        lines.append(f"- cell {u.get('cell_id')}, question {u.get('question_id')}, "
-                     f"repeat {u.get('repeat')}: {u.get('scorer_error')}")
+        lines.append(f"- cell {md(u.get('cell_id'))}, question {md(u.get('question_id'))}, "
+                     f"repeat {md(u.get('repeat'))}: {md(u.get('scorer_error'))}")
     if len(unscored) > MAX_UNSCORED_LISTED:
         lines.append(f"- ... and {len(unscored) - MAX_UNSCORED_LISTED} more (scores.json, "
                      '"unscored")')

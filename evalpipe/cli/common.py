@@ -65,7 +65,7 @@ def write_output(text: str, out: str | None) -> None:
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8", errors="backslashreplace")  # a lone surrogate
         tmp.replace(path)
         echo(f"wrote {path}", err=True)
     else:

@@ -27,8 +27,8 @@ def show(run_dir, question_id, cell, table):
         run = load_run(run_dir, allow_partial=True)
         samples = [s for s in run.samples if question_id is None
                    or s.get("question_id") == question_id]
-        click.echo(calls_table(samples, run.scores.get("samples", []), run.questions,
-                               cell=cell), nl=False)
+        echo(calls_table(samples, run.scores.get("samples", []), run.questions, cell=cell),
+             nl=False)
         return
     if question_id is None:
         raise InputError("missing QUESTION_ID", field="QUESTION_ID",
