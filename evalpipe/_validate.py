@@ -33,7 +33,9 @@ from evalpipe.corpus import CHUNK_SIZE
 from evalpipe.errors import InputError
 from evalpipe.questions import (
     BFCL_SOURCE,
+    DEFAULT_LIMITS,
     Question,
+    QuestionLimits,
     QuestionSource,
     as_source,
     load_questions,
@@ -248,7 +250,8 @@ def _unit_after_answer(text: str, q: Question) -> str | None:
 
 
 def gold_warnings(path: str | Path | QuestionSource, corpus_root: str = "datasets/site",
-                  chunk_size: int = CHUNK_SIZE) -> list[str]:
+                  chunk_size: int = CHUNK_SIZE, limits: QuestionLimits = DEFAULT_LIMITS
+                  ) -> list[str]:
     """Chunks that state a question's answer but that no gold passage covers.
 
     A chunk states the answer when one of its statements (a line or a sentence)
@@ -261,7 +264,8 @@ def gold_warnings(path: str | Path | QuestionSource, corpus_root: str = "dataset
     from evalpipe.scoring.retrieval_metrics import covers
 
     try:
-        questions = load_questions(path if isinstance(path, QuestionSource) else str(path))
+        questions = load_questions(path if isinstance(path, QuestionSource) else str(path),
+                                   limits)
         docs = load_corpus(corpus_root)
     except InputError:
         return []  # validate() reports these as errors
@@ -325,20 +329,22 @@ def _table_header(text: str, at: int) -> str:
 
 
 def gold_warnings_paths(paths: list[str | dict[str, Any] | QuestionSource],
-                        corpus_root: str = "datasets/site") -> list[str]:
+                        corpus_root: str = "datasets/site",
+                        limits: QuestionLimits = DEFAULT_LIMITS) -> list[str]:
     """gold_warnings for files, folders (their *.jsonl files) and mapped sources."""
     out = []
     for source in question_sources(paths):
-        out.extend(gold_warnings(source, corpus_root))
+        out.extend(gold_warnings(source, corpus_root, limits=limits))
     return out
 
 
 def validate_file(path: str | Path | dict[str, Any] | QuestionSource,
                   corpus: _Corpus | str = "datasets/site",
-                  custom: dict[str, Tool] | None = None) -> list[str]:
+                  custom: dict[str, Tool] | None = None,
+                  limits: QuestionLimits = DEFAULT_LIMITS) -> list[str]:
     """Every problem in one question file (a path, or a config's {path, fields, values}
     entry); `custom`: the config's custom tools by name. Read as `run` reads it
-    (questions.read_records), every bad record named."""
+    (questions.read_records, under the same limits), every bad record named."""
     if isinstance(corpus, str):
         corpus = _Corpus(corpus)
     source = as_source(path)
@@ -349,7 +355,7 @@ def validate_file(path: str | Path | dict[str, Any] | QuestionSource,
     problems: list[InputError] = []
     records = 0
     try:
-        for number, record in read_records(source, problems):
+        for number, record in read_records(source, problems, limits):
             records += 1
             try:
                 questions.append((number, parse_question(record, file=file, line=number)))
@@ -380,7 +386,8 @@ def _line_of(message: str) -> tuple[int, str]:
 
 def validate_paths(paths: list[str | dict[str, Any] | QuestionSource],
                    corpus_root: str = "datasets/site",
-                   custom_tools: Iterable[str] = ()) -> list[str]:
+                   custom_tools: Iterable[str] = (),
+                   limits: QuestionLimits = DEFAULT_LIMITS) -> list[str]:
     """Every problem in the given question files (paths, or a config's {path, fields,
     values} entries); folders expand to their *.jsonl files.
     `custom_tools`: the config's `package.module:function` tools, which gold plans may
@@ -399,16 +406,17 @@ def validate_paths(paths: list[str | dict[str, Any] | QuestionSource],
             errors.append(_error(as_source(given).path, None, None,
                                  "folder holds no question files", "*.jsonl files"))
         for source in sources:
-            errors.extend(validate_file(source, corpus, custom))
+            errors.extend(validate_file(source, corpus, custom, limits))
     return errors
 
 
 def validate(paths: str | Path | Iterable[str | Path | dict[str, Any] | QuestionSource], *,
-             corpus: str | Path = "datasets/site", custom_tools: Iterable[str] = ()
-             ) -> list[str]:
+             corpus: str | Path = "datasets/site", custom_tools: Iterable[str] = (),
+             limits: QuestionLimits = DEFAULT_LIMITS) -> list[str]:
     """Every problem in question files or folders, one line each; [] when valid.
-    `custom_tools`: a config's custom tools, which gold plans may call."""
+    `custom_tools`: a config's custom tools, which gold plans may call; `limits`: the
+    sizes the files are read under (a config's `question_limits`)."""
     items = [paths] if isinstance(paths, (str, Path)) else list(paths)
     return validate_paths([p if isinstance(p, (dict, QuestionSource)) else str(p) for p in items],
                           corpus_root=str(corpus),
-                          custom_tools=custom_tools)
+                          custom_tools=custom_tools, limits=limits)

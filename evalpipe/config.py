@@ -50,7 +50,7 @@ from evalpipe.corpus import CHUNK_SIZE
 from evalpipe.engine import CellRuntime
 from evalpipe.errors import InputError
 from evalpipe.formats import FORMATS
-from evalpipe.questions import BFCL_SOURCE, QuestionSource
+from evalpipe.questions import BFCL_SOURCE, QuestionLimits, QuestionSource
 from evalpipe.questions import FIELDS as QUESTION_FIELDS
 from evalpipe.retrieval import RETRIEVERS, RetrieverSettings
 from evalpipe.schema import Section, closest, input_error, line_of
@@ -126,6 +126,16 @@ class ToolLimitsSection(Section):
     # The defaults live in ToolLimits, the limits the tools run under.
     timeout_s: float = Field(ToolLimits.timeout_s, gt=0)
     max_result_chars: int = Field(ToolLimits.max_result_chars, ge=1)
+
+
+class QuestionLimitsSection(Section):
+    # The defaults live in QuestionLimits, the limits question files are read under.
+    max_field_bytes: int = Field(QuestionLimits.max_field_bytes, ge=1)
+    max_record_bytes: int = Field(QuestionLimits.max_record_bytes, ge=1)
+    max_rows: int = Field(QuestionLimits.max_rows, ge=1)
+
+    def limits(self) -> QuestionLimits:
+        return QuestionLimits(**self.model_dump())
 
 
 Format = Annotated[str, FORMATS.check()]
@@ -235,6 +245,8 @@ class RunConfig(Section):
     exclude: list[GridRule] = Field(default_factory=list)
     chunking: ChunkingSection = ChunkingSection()
     tool_limits: ToolLimitsSection = ToolLimitsSection()
+    # how the question files are read; not hashed (to_dict)
+    question_limits: QuestionLimitsSection = QuestionLimitsSection()
     schema_tools: SchemaToolsSection = SchemaToolsSection()
     match: Literal["evalpipe", "bfcl"] = "evalpipe"  # argument rule set (scoring/plan.py)
     k: int = Field(CellRuntime.k, ge=1)  # chunks per query, the loop's default
@@ -287,7 +299,10 @@ class RunConfig(Section):
 
     def to_dict(self) -> dict[str, Any]:
         """The normalised config: what the manifest records and the hash covers."""
-        out = self.model_dump(exclude={"judge"} if self.judge is None else set())
+        # the question limits only decide whether a file is read: the questions read are
+        # the same, so a run keeps its hash (and resumes) whatever limits it ran under
+        out = self.model_dump(exclude={"question_limits"} | ({"judge"} if self.judge is None
+                                                              else set()))
         out["questions"] = [q if isinstance(q, str) else q.model_dump(exclude_defaults=True)
                             for q in self.questions]
         out["models"] = [m.record() for m in self.models]
@@ -368,6 +383,23 @@ def apply_overrides(raw: dict[str, Any], sets: list[str]) -> dict[str, Any]:
             raise InputError(f"cannot set {key!r}: not a mapping", field="--set")
         node[leaf] = _parse_scalar(value)
     return raw
+
+
+def question_limits(sets: Sequence[str]) -> QuestionLimits:
+    """The question limits that `--set question_limits.KEY=N` gives without a config
+    (`evalpipe validate FILE`), checked like the config's section."""
+    raw = apply_overrides({}, list(sets))
+    other = sorted(set(raw) - {"question_limits"})
+    if other:
+        raise InputError(f"--set {other[0]} without a config", field="--set",
+                         expected="question_limits.KEY=N, or --config with the config")
+    given = raw.get("question_limits") or {}
+    try:
+        section = QuestionLimitsSection.model_validate(given)
+    except ValidationError as exc:
+        raise input_error(exc, QuestionLimitsSection, prefix="question_limits",
+                          overridden=list(given) if isinstance(given, dict) else []) from None
+    return section.limits()
 
 
 def apply_dtype(raw: dict[str, Any], dtype: str) -> dict[str, Any]:
@@ -489,7 +521,8 @@ def _shape(raw: dict[str, Any]) -> dict[str, Any]:
     judge = out.get("judge")
     if isinstance(judge, dict) and isinstance(judge.get("model"), str):
         out["judge"] = {**judge, "model": {"id": judge["model"]}}
-    for key in ("formats", "toolsets", "generation", "chunking", "tool_limits"):
+    for key in ("formats", "toolsets", "generation", "chunking", "tool_limits",
+                "question_limits"):
         if not out.get(key, True):
             del out[key]  # `generation:` with nothing under it means the defaults
     return out

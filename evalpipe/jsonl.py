@@ -13,7 +13,8 @@ input files. One home for the rules.
   InputError naming the file and line.
 - Files a person wrote (question sets) are read by `records`: every line must be
   a JSON value, a UTF-8 byte-order mark at the start is allowed, and each bad
-  line is an InputError naming it.
+  line is an InputError naming it. Given limits, a line longer than a record may be
+  is read to its end in bounded pieces and named, never held whole.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from evalpipe.datafiles import QuestionLimits, bounded_lines
 from evalpipe.errors import DataWarning, InputError
 
 EXPECTED = "one JSON object per line, in UTF-8"
@@ -103,16 +105,22 @@ def _torn(path: Path, line: int) -> None:
                               "did not finish) and is left out"), stacklevel=3)
 
 
-def records(path: str | Path, errors: list[InputError] | None = None
-            ) -> Iterator[tuple[int, Any]]:
+def records(path: str | Path, errors: list[InputError] | None = None,
+            limits: QuestionLimits | None = None) -> Iterator[tuple[int, Any]]:
     """(line number, record) of each non-blank line of a JSONL file a person wrote. A
-    line that is not UTF-8 JSON (NUL bytes and nesting too deep for Python included)
-    raises an InputError naming it, or, given `errors`, is added there and skipped (to
-    report every bad line at once)."""
+    line that is not UTF-8 JSON (NUL bytes and nesting too deep for Python included), or
+    longer than `limits.max_record_bytes`, raises an InputError naming it, or, given
+    `errors`, is added there and skipped (to report every bad line at once)."""
     file = str(path)
     with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
+        lines = (bounded_lines(f, limits.max_record_bytes) if limits else
+                 ((line, True) for line in f))
+        for number, (raw, whole) in enumerate(lines, start=1):
             try:
+                if not whole and limits:
+                    raise limits.error("max_record_bytes", "a line of more than "
+                                       f"{limits.max_record_bytes:,} bytes", file=file,
+                                       line=number)
                 text = raw.decode("utf-8")
                 if number == 1:
                     text = text.removeprefix("\ufeff")  # a byte-order mark, as editors write
@@ -128,6 +136,8 @@ def records(path: str | Path, errors: list[InputError] | None = None
             except RecursionError:
                 problem = InputError("nested too deeply", file=file, line=number,
                                      expected=EXPECTED)
+            except InputError as exc:
+                problem = exc
             else:
                 yield number, record
                 continue

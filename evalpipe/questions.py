@@ -1,14 +1,15 @@
 """Question records: schema, reading, validation.
 
 Every question source is read through one path, `read_records`, by `run` and
-`validate` alike: a JSONL file (or a .json file of JSON lines) line by line with
-evalpipe.jsonl.records, so that every error names its line and mixed-type fields
-(an answer that is a number in one record and a string in the next) never meet a
-table's schema inference; a .json array with the json module; CSV and Parquet
-files and Hub dataset names through HF datasets' `load_dataset` (a CSV row is
-numbered by its line, a Parquet or dataset row from 1). A config may map a
-file's own columns onto evalpipe's fields (QuestionSource, docs/questions.md). A
-file with no record is an error of its own.
+`validate` alike, record by record in bounded memory and under QuestionLimits: a
+JSONL file (or a .json file of JSON lines) line by line with evalpipe.jsonl.records,
+so that every error names its line and mixed-type fields (an answer that is a number
+in one record and a string in the next) never meet a table's schema inference; a
+.json array, a CSV file and a Parquet file with evalpipe.datafiles (a CSV row is
+numbered by its line, a Parquet row or an array's record from 1), every value as the
+file holds it. A config may map a file's own columns onto evalpipe's fields
+(QuestionSource, docs/questions.md). A file with no record is an error of its own,
+and so is text that is not valid Unicode (a lone surrogate).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe import jsonl
+from evalpipe.datafiles import QuestionLimits, csv_rows, json_array_rows, parquet_rows
 from evalpipe.errors import InputError
 from evalpipe.plans import check_value
 from evalpipe.tools.schema_only import definition_problem
@@ -32,6 +34,7 @@ FIELDS = (  # every field of a question record (docs/questions.md)
     "gold_calls", "gold_passages", "tags", "tools",
 )
 _KNOWN = set(FIELDS)
+DEFAULT_LIMITS = QuestionLimits()
 
 
 @dataclass
@@ -65,6 +68,49 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _as_number(text: Any) -> int | float | None:
+    """A text answer read as the number it writes ("42", "007", "-1.5", "2e3"), the way
+    `answer_type: number` asks; None when it writes none (or an infinite one)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def lone_surrogate(value: Any, where: str = "") -> tuple[str, str] | None:
+    """(field path, what is wrong) of the first text in a decoded record that holds a
+    lone surrogate (a JSON "\\ud800" escape without its pair): no UTF-8 file, prompt or
+    report can hold it. None when every text is valid Unicode."""
+    if isinstance(value, str):
+        for i, ch in enumerate(value):
+            if "\ud800" <= ch <= "\udfff":
+                return where or "record", (f"a lone surrogate U+{ord(ch):04X} at character "
+                                           f"{i + 1}")
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            found = lone_surrogate(key, where or "record") if isinstance(key, str) else None
+            if found:
+                return found[0], found[1] + f" in the name of field {key!r}"
+            found = lone_surrogate(item, path)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = lone_surrogate(item, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
 def parse_question(record: Any, *, file: str, line: int) -> Question:
     """Check one decoded record against the schema and build a Question."""
 
@@ -73,6 +119,10 @@ def parse_question(record: Any, *, file: str, line: int) -> Question:
 
     if not isinstance(record, dict):
         fail(None, f"record is {type(record).__name__}", "a JSON object")
+    broken = lone_surrogate(record)
+    if broken:
+        fail(broken[0], broken[1], "valid Unicode text (a \\ud800-\\udbff escape is "
+             "the first half of a pair and must be followed by a \\udc00-\\udfff one)")
     for name, typ in _REQUIRED.items():
         if name not in record:
             fail(name, "missing required field", f"a {typ.__name__}")
@@ -91,10 +141,10 @@ def parse_question(record: Any, *, file: str, line: int) -> Question:
     if answer_type not in ANSWER_TYPES:
         fail("answer_type", f"got {answer_type!r}", " | ".join(ANSWER_TYPES))
     if answer_type == "number" and not _is_number(answer):
-        try:
-            answer = float(answer) if "." in str(answer) else int(answer)
-        except ValueError:
-            fail("answer", f"got {answer!r} with answer_type number", "a number")
+        number = _as_number(answer)
+        if number is None:
+            fail("answer", f"got {answer!r} with answer_type number", "a finite number")
+        answer = number
 
     aliases = record.get("aliases") or []
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
@@ -213,48 +263,33 @@ def question_files(paths: Iterable[str | Path]) -> list[Path]:
     return [Path(s.path) for s in question_sources(paths)]
 
 
-def _table_rows(source: str, errors: list[InputError] | None = None
-                ) -> Iterable[tuple[int, Any]]:
-    """(row, record) of a file, a BFCL category or a Hub dataset name. A JSONL line and
-    a CSV row are numbered by their line in the file (a CSV's header is line 1); a JSON
-    array's records, a Parquet file's rows and a dataset's rows from 1. Given `errors`,
-    a JSON line that cannot be read is added there and skipped (jsonl.records)."""
+def _table_rows(source: str, errors: list[InputError] | None = None,
+                limits: QuestionLimits = DEFAULT_LIMITS) -> Iterable[tuple[int, Any]]:
+    """(row, record) of a file or a BFCL category, each value as the file holds it. A
+    JSONL line and a CSV row are numbered by their line in the file (a CSV's header is
+    line 1); a JSON array's records and a Parquet file's rows from 1. Given `errors`, a
+    JSON line that cannot be read is added there and skipped (jsonl.records)."""
     if source.startswith(BFCL_SOURCE):
         from evalpipe.bfcl import category_records
 
         yield from enumerate(category_records(source[len(BFCL_SOURCE):]), start=1)
         return
     path = Path(source)
-    if _is_json(source) and path.is_file():
-        if path.suffix == ".json" and _holds_array(path):
-            yield from _array_rows(path)
-        else:
-            yield from jsonl.records(path, errors)  # JSON lines, as `validate` reads them
-        return
-    import datasets
-
-    datasets.disable_progress_bars()
-    first = 1
-    if path.suffix in (".parquet", ".csv") and path.is_file():
-        try:
-            table = datasets.load_dataset(path.suffix[1:], data_files=str(path), split="train")
-        except Exception as exc:  # noqa: BLE001 -- pyarrow/pandas say why in their own words
-            raise InputError(f"cannot read the file ({type(exc).__name__}: "
-                             f"{_first_line(exc)})", file=source,
-                             expected=f"a valid {path.suffix[1:]} file") from None
-        first = 2 if path.suffix == ".csv" else 1
-    elif path.exists():
+    if not path.is_file():
+        raise InputError("file not found" if not path.exists() else "not a file",
+                         file=source, expected="a question file (.jsonl, .json, .csv or "
+                                               ".parquet) or a folder of .jsonl files")
+    if path.suffix == ".json" and _holds_array(path):
+        yield from json_array_rows(path, limits)
+    elif _is_json(source):
+        yield from jsonl.records(path, errors, limits)  # JSON lines, as `validate` reads them
+    elif path.suffix == ".csv":
+        yield from csv_rows(path, limits, errors)
+    elif path.suffix == ".parquet":
+        yield from parquet_rows(path, limits)
+    else:
         raise InputError("unsupported question file", file=source,
                          expected=".jsonl, .json, .parquet or .csv")
-    else:
-        try:
-            table = datasets.load_dataset(source, split="train")
-        except Exception as exc:  # noqa: BLE001 -- the Hub is unreachable or the name is unknown
-            raise InputError(f"cannot load question set ({type(exc).__name__}: "
-                             f"{_first_line(exc)})", file=source,
-                             expected="a local file or a reachable dataset name") from None
-    for number, row in enumerate(table, start=first):
-        yield number, dict(row)  # an empty cell is None: not given
 
 
 def _holds_array(path: Path) -> bool:
@@ -264,24 +299,6 @@ def _holds_array(path: Path) -> bool:
     return head.startswith(b"[")
 
 
-def _first_line(exc: Exception) -> str:
-    """The first line of a library's error, cut to a length a one-line error can carry."""
-    return (str(exc).strip().splitlines() or [""])[0][:200]
-
-
-def _array_rows(path: Path) -> Iterable[tuple[int, Any]]:
-    """(number from 1, record) of a .json file holding one array of records."""
-    try:
-        records = json.loads(path.read_text(encoding="utf-8-sig"))
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 ({exc.reason})", file=str(path),
-                         expected="a UTF-8 text file") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg})", file=str(path), line=exc.lineno,
-                         expected="one JSON array of records") from None
-    yield from enumerate(records, start=1)
-
-
 def _is_json(path: str) -> bool:
     return Path(path).suffix in (".jsonl", ".json")
 
@@ -289,12 +306,18 @@ def _is_json(path: str) -> bool:
 def map_record(record: Any, source: QuestionSource, line: int) -> Any:
     """A record of `source` in evalpipe's field names: each mapped column under its
     field, the fixed values, and the columns already named like a field; other columns
-    are left out. A list or object field given as text (a CSV cell) is decoded as JSON."""
+    are left out. A list or object field given as text (a CSV cell) is decoded as JSON.
+    An empty cell (a CSV's empty cell, a Parquet null) is a field not given; when the
+    field is a required one, the error says that its cell is empty."""
     if not isinstance(record, dict):
         return record
-    if not source.mapped:  # an empty table cell (None) is a field not given
-        table = not (_is_json(source.path) or source.path.startswith(BFCL_SOURCE))
-        return {k: v for k, v in record.items() if v is not None} if table else record
+    table = not (_is_json(source.path) or source.path.startswith(BFCL_SOURCE))
+    if not source.mapped:
+        if not table:
+            return record
+        given = {k: v for k, v in record.items() if v is not None}
+        _empty_required(given, {k: k for k in record if k in _KNOWN}, record, source, line)
+        return given
     out: dict[str, Any] = {}
     for name, column in source.fields.items():
         if column == ROW:
@@ -313,6 +336,11 @@ def map_record(record: Any, source: QuestionSource, line: int) -> Any:
             out[name] = value
     for name, value in source.values.items():
         out.setdefault(name, value)
+    if table:
+        columns = {name: column for name, column in source.fields.items() if column != ROW}
+        columns.update({k: k for k in record if k in _KNOWN and k not in mapped_columns
+                        and k not in columns})
+        _empty_required(out, columns, record, source, line)
     for name, kind in STRUCTURED.items():
         value = out.get(name)
         if isinstance(value, str):
@@ -327,20 +355,46 @@ def map_record(record: Any, source: QuestionSource, line: int) -> Any:
     return out
 
 
+_MISSING = {"id": "a non-empty string", "suite": "a non-empty string",
+            "question": "a non-empty string", "answer": "a string or number"}
+
+
+def _empty_required(out: dict[str, Any], columns: dict[str, str], record: dict[str, Any],
+                    source: QuestionSource, line: int) -> None:
+    """A required field whose cell is empty is named as such, not as a missing field:
+    the column is there and its cell was read as written (nothing), not dropped."""
+    for name, expected in _MISSING.items():
+        column = columns.get(name)
+        if name in out or column not in record or record[column] is not None:
+            continue
+        if name == "answer" and out.get("answer_type") == "calls":
+            continue
+        empty = "an empty cell" if source.path.endswith(".csv") else "a null value"
+        via = f" (column {column!r})" if column != name else ""
+        raise InputError(f"{empty}{via}", file=source.path, line=line, field=name,
+                         expected=expected + " in every record")
+
+
 def read_records(entry: str | Path | dict[str, Any] | QuestionSource,
-                 errors: list[InputError] | None = None) -> Iterable[tuple[int, Any]]:
+                 errors: list[InputError] | None = None,
+                 limits: QuestionLimits = DEFAULT_LIMITS) -> Iterable[tuple[int, Any]]:
     """(line or row, record in evalpipe's field names) of one question source: what
-    `run` and `validate` both read. A record that cannot be read or mapped raises its
-    InputError; given `errors`, it is added there and skipped, so that every bad record
-    is named at once."""
+    `run` and `validate` both read, under `limits`. A record that cannot be read or
+    mapped raises its InputError; given `errors`, it is added there and skipped, so that
+    every bad record is named at once (a file past max_rows stops at the first record
+    too many)."""
     source = as_source(entry)
     unknown = sorted(set(source.fields) - _KNOWN) + sorted(set(source.values) - _KNOWN)
     if unknown:
         raise InputError(f"unknown field {unknown[0]!r} in the mapping", file=source.path,
                          field="fields" if unknown[0] in source.fields else "values",
                          expected="one of " + ", ".join(FIELDS))
-    for line, record in _table_rows(source.path, errors):
+    for count, (line, record) in enumerate(_table_rows(source.path, errors, limits), start=1):
+        if count > limits.max_rows:
+            raise limits.error("max_rows", f"more than {limits.max_rows:,} records",
+                               file=source.path, line=line)
         try:
+            limits.check_fields(record, file=source.path, line=line)
             yield line, map_record(record, source, line)
         except InputError as exc:
             if errors is None:
@@ -348,12 +402,13 @@ def read_records(entry: str | Path | dict[str, Any] | QuestionSource,
             errors.append(exc)
 
 
-def load_questions(source: str | Path | dict[str, Any] | QuestionSource) -> list[Question]:
+def load_questions(source: str | Path | dict[str, Any] | QuestionSource,
+                   limits: QuestionLimits = DEFAULT_LIMITS) -> list[Question]:
     """Load and validate one question set; the first bad record stops with an InputError."""
     src = as_source(source)
     questions: list[Question] = []
     seen: dict[str, int] = {}
-    for line, record in read_records(src):
+    for line, record in read_records(src, limits=limits):
         q = parse_question(record, file=src.path, line=line)
         if q.id in seen:
             raise InputError(f"duplicate id {q.id!r} (first on line {seen[q.id]})",

@@ -42,7 +42,7 @@ def select_questions(config: RunConfig) -> list[Question]:
     questions: list[Question] = []
     origin: dict[str, str] = {}
     for source in question_sources(config.sources()):
-        for q in load_questions(source):
+        for q in load_questions(source, config.question_limits.limits()):
             if q.id in origin:
                 raise InputError(f"question id {q.id!r} also in {origin[q.id]}",
                                  file=source.path, field="id",

@@ -158,5 +158,5 @@ def test_an_empty_parquet_file_is_one_line(tmp_path):
     from evalpipe.questions import load_questions
 
     (tmp_path / "q.parquet").write_bytes(b"")
-    with pytest.raises(InputError, match=r"q\.parquet: cannot read the file"):
+    with pytest.raises(InputError, match=r"q\.parquet: not a readable Parquet file"):
         load_questions(tmp_path / "q.parquet")

@@ -99,7 +99,8 @@ def test_bad_rows_are_named_by_file_row_and_field_in_run_and_validate(tmp_path):
     assert len(problems) == 2, problems  # every bad row, not only the first
     assert problems[0].startswith(f"{tmp_path / 'bad.csv'}:5: field 'gold_calls': text that "
                                   "is not JSON")
-    assert problems[1].startswith(f"{tmp_path / 'bad.csv'}:6: field 'answer': missing")
+    assert problems[1].startswith(f"{tmp_path / 'bad.csv'}:6: field 'answer': an empty cell "
+                                  "(column 'expected')")
     with pytest.raises(InputError) as err:  # run stops at the first, with the same words
         load_questions(entry)
     assert str(err.value) == problems[0]

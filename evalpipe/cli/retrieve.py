@@ -34,7 +34,7 @@ def retrieve(config_path, methods, k, question_paths, as_json):
     if not config.corpus:
         raise InputError("the config names no corpus", file=config.source, field="corpus")
     paths = question_sources(question_paths or config.sources())
-    questions = [q for p in paths for q in load_questions(p)]
+    questions = [q for p in paths for q in load_questions(p, config.question_limits.limits())]
     settings = [{"method": m} for m in methods] or [
         {key: v for key, v in r.record().items() if key not in ("mode", "k")}
         for r in config.retrieval if r.on] or [{"method": "bm25"}]
