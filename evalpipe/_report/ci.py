@@ -8,16 +8,16 @@ computed are in each test either way, so a refused night still shows what change
 
 Text from the runs (cell ids, run ids, reasons) is data: the XML is built with
 xml.etree (which escapes markup) after each character XML 1.0 cannot hold is written
-as a visible escape.
+as a visible escape (escape.xml_chars, XML's rule among the report's output kinds).
 """
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
 from evalpipe._report.compare import Comparison, GateEntry, gate_entries, summary_line
+from evalpipe._report.escape import xml_chars
 
 SUITE = "evalpipe compare"
 
@@ -44,29 +44,19 @@ def junit_xml(cmp: Comparison) -> bytes:
     for e in entries:
         case = _sub(suite, "testcase", classname=e.cell, name=e.metric, time="0")
         if e.status == "regressed":
-            _sub(case, "failure", type="regression", message=e.reason).text = _xml(e.delta)
+            _sub(case, "failure", type="regression", message=e.reason).text = xml_chars(e.delta)
         elif e.status == "refused":
-            _sub(case, "error", type="refused", message=e.reason).text = _xml(e.delta)
+            _sub(case, "error", type="refused", message=e.reason).text = xml_chars(e.delta)
         elif e.status in ("not compared", "no pairs"):
             _sub(case, "skipped", message=e.reason)
-        _sub(case, "system-out").text = _xml(f"{e.status}: {e.delta}")
+        _sub(case, "system-out").text = xml_chars(f"{e.status}: {e.delta}")
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
-# What XML 1.0 cannot hold, escaped or not: controls but tab, LF and CR; lone
-# surrogates; U+FFFE and U+FFFF. ElementTree escapes markup, not these.
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
-def _xml(value: Any) -> str:
-    """Text an XML document can hold: each character it cannot, as a visible \\uXXXX."""
-    return _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", str(value))
-
-
 def _element(tag: str, **attributes: Any) -> ET.Element:
-    return ET.Element(tag, {k: _xml(v) for k, v in attributes.items()})
+    return ET.Element(tag, {k: xml_chars(v) for k, v in attributes.items()})
 
 
 def _sub(parent: ET.Element, tag: str, **attributes: Any) -> ET.Element:
-    return ET.SubElement(parent, tag, {k: _xml(v) for k, v in attributes.items()})
+    return ET.SubElement(parent, tag, {k: xml_chars(v) for k, v in attributes.items()})

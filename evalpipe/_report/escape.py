@@ -13,7 +13,7 @@ here turns text into a literal of one output kind, so that it is shown as writte
 | LaTeX | `tex` | the ten specials, `[`/`*` after a row break, ligatures, line breaks |
 | HTML | `html_text`, `json_script` | markup and attributes; a JSON block that ends its script |
 | JSON | `json_text` | a lone surrogate no UTF-8 file can hold |
-| XML (JUnit) | `xml_text` | markup; characters XML 1.0 cannot hold |
+| XML (JUnit) | `xml_chars` | characters XML 1.0 cannot hold (xml.etree escapes markup) |
 | plots (matplotlib) | `plot_text`, `PLOT_RC` | mathtext, TeX, legend-hidden labels |
 
 Every kind writes a lone surrogate (a half of a UTF-16 pair that no UTF-8 file can hold)
@@ -164,11 +164,10 @@ def json_text(data: Any, indent: int | None = None) -> str:
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
-def xml_text(text: Any) -> str:
-    """Text for an XML 1.0 element or a quoted attribute (JUnit XML): & < > " ' escaped,
-    and each character XML cannot hold written as a visible \\uXXXX escape."""
-    text = _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", str(text))
-    return html.escape(text, quote=True)
+def xml_chars(text: Any) -> str:
+    """Text an XML 1.0 document can hold (JUnit XML, written with xml.etree, which
+    escapes the markup): each character XML cannot hold as a visible \\uXXXX escape."""
+    return _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", str(text))
 
 
 # -- plots (matplotlib) --------------------------------------------------------------------
@@ -202,4 +201,4 @@ HTML = Inline(html_text, lambda value: f"<code>{html_text(value)}</code>")
 
 
 __all__ = ["HTML", "MARKDOWN", "PLAIN", "PLOT_RC", "Inline", "csv_cell", "html_text",
-           "json_script", "json_text", "md", "md_code", "plot_text", "tex", "xml_text"]
+           "json_script", "json_text", "md", "md_code", "plot_text", "tex", "xml_chars"]
