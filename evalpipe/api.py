@@ -25,6 +25,7 @@ from evalpipe._validate import validate
 
 if TYPE_CHECKING:
     from evalpipe._report.compare import Comparison
+    from evalpipe.backends import Backend, ModelEntry
     from evalpipe.config import RunConfig
 
 @dataclass(frozen=True)
@@ -76,14 +77,17 @@ def load(config: str | Path | dict[str, Any] | RunConfig, *, limit: int | None =
 def run(config: str | Path | dict[str, Any] | RunConfig | None = None, *,
         out: str | Path = "outputs", resume: str | Path | None = None, use_cache: bool = True,
         retry_infra: bool = False, echo: Callable[[str], None] = _quiet,
-        progress: bool = False, **overrides: Any) -> RunResult:
+        progress: bool = False, backends: Callable[[ModelEntry], Backend] | None = None,
+        **overrides: Any) -> RunResult:
     """Run a config's grid and score it. `config`: a YAML path, a mapping or a
     RunConfig; `overrides`: limit, models, suites, dtype, sets (as `evalpipe run`).
     With `resume` (a run directory), continue that run with its recorded config; with
     `retry_infra` as well, re-run its infra errors in place. Prints nothing unless
     asked: `echo` receives the run's log lines, `progress=True` draws a bar per cell
-    on stderr."""
+    on stderr. `backends` loads the backend of each model entry (default:
+    evalpipe.backends.load_backend; a stand-in in tests)."""
     from evalpipe import parallel
+    from evalpipe.backends import load_backend
     from evalpipe.config import parse_config
     from evalpipe.errors import InputError
     from evalpipe.runner import execute_run
@@ -102,7 +106,7 @@ def run(config: str | Path | dict[str, Any] | RunConfig | None = None, *,
         cfg = load(config, **overrides)
     run_dir = execute_run(cfg, Path(out), resume=Path(resume) if resume else None,
                           use_cache=use_cache, echo=echo, retry_infra=retry_infra,
-                          progress=progress)
+                          progress=progress, backends=backends or load_backend)
     return RunResult(Path(run_dir), helper_rank=parallel.rank_world()[0] > 0)
 
 

@@ -29,6 +29,7 @@ from evalpipe.engine import Engine
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.probe import PROBE_FILE
 from evalpipe.records import Generation
+from evalpipe.runplan import RunPlan
 from evalpipe.store import RunStore, machine
 
 NOT_CACHED = "not in the reply cache"
@@ -169,22 +170,13 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
               cache: GenerationCache | None = None) -> dict[str, Any]:
     """The plan of `config` as plain data (see `render_plan`)."""
     from evalpipe.backends.models import template_source
-    from evalpipe.runner import Corpus, _runtime, select_questions
 
-    questions = select_questions(config)
-    cells = config.cells()
-    corpus = None
-    if config.corpus and any(c.retrieval.on for c in cells):
-        from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
-
-        docs = load_corpus(config.corpus)
-        corpus = Corpus(chunk_corpus(docs, config.chunking.size, config.chunking.overlap),
-                        corpus_version(docs))
-    seeds = config.repeat_seeds()
+    plan = RunPlan.of(config)
+    questions, seeds = plan.questions, plan.seeds
     runs = _manifests(Path(out_root))
     plan_cells, models = [], []
-    for model in config.models:
-        model_cells = [c for c in cells if c.model.id == model.id]
+    for group in plan.models():
+        model, model_cells = group.model, group.cells
         earlier = next((_cells_of(m, model)[0] for _, m in runs if _cells_of(m, model)), None)
         facts = (earlier or {}).get("model")
         renderer, note = None, None
@@ -205,7 +197,7 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
             if renderer is not None:
                 tally: dict[str, Any] = {"prompt_tokens": 0, "replies_held": 0, "first": {},
                                          "cached": 0}
-                runtime = _runtime(cell, renderer, facts or {}, config, corpus, questions)
+                runtime = plan.runtime(cell, renderer, facts or {})
                 for seed in seeds:
                     tally["first"] = {}
                     rep = dataclasses.replace(runtime, generation=runtime.generation.model_copy(

@@ -20,30 +20,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalpipe.backends.base import Backend, GenerationSettings
-from evalpipe.engine import CellRuntime, Engine
-from evalpipe.formats import get_format
+from evalpipe.backends.base import Backend
+from evalpipe.config import parse_config
+from evalpipe.engine import Engine
 from evalpipe.questions import Question
 from evalpipe.records import Sample
+from evalpipe.runplan import RunPlan
 from evalpipe.scoring.score import call_stats
-from evalpipe.tools import Toolset, build_toolset
 
 DEFAULT_QUESTIONS = ["datasets/sample/arithmetic.jsonl", "datasets/sample/plan.jsonl"]
 
 
 def run_format(backend: Backend, fmt_name: str, questions: list[Question], *,
-               toolset: Toolset | None = None, max_new_tokens: int = 96,
+               toolset: str = "math", max_new_tokens: int = 96,
                max_turns: int = 2) -> list[Sample]:
-    """One cell (this backend x format x toolset), no retrieval."""
-    toolset = toolset or build_toolset("math")
-    cell = CellRuntime(
-        cell_id=f"measure-{fmt_name}", fingerprint="measure",
-        settings={"model": backend.model_id, "format": fmt_name, "toolset": "math",
-                  "tools_offered": toolset.names, "retrieval": {"mode": "none"}},
-        backend=backend, fmt=get_format(fmt_name), toolset=toolset,
-        generation=GenerationSettings(max_new_tokens=max_new_tokens, batch_size=16),
-        max_turns=max_turns)
-    return [s for group in Engine().run(cell, questions, "measure") for s in group]
+    """One cell (this backend x format x toolset, no retrieval), prepared as a run
+    prepares its cells (runplan.RunPlan)."""
+    config = parse_config({
+        "name": "measure-formats", "questions": ["-"], "models": [{"id": backend.model_id}],
+        "formats": [fmt_name], "toolsets": [toolset], "max_turns": max_turns,
+        "generation": {"max_new_tokens": max_new_tokens, "batch_size": 16}},
+        source="measure-formats")
+    plan = RunPlan.of(config, questions)
+    [cell] = plan.cells
+    runtime = plan.runtime(cell, backend, backend.describe())
+    return [s for group in Engine().run(runtime, questions, "measure") for s in group]
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""A run from config to scores: questions, corpus, cells, engine, store, scoring."""
+"""A run from config to scores: its plan (runplan.RunPlan), the engine, the store, scoring."""
 
 from __future__ import annotations
 
@@ -12,103 +12,27 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from evalpipe import parallel
-from evalpipe.backends import load_backend
+from evalpipe.backends import Backend, ModelEntry, load_backend
 from evalpipe.cache import GenerationCache
-from evalpipe.config import Cell, JudgeSection, RetrievalSection, RunConfig, stable_hash
-from evalpipe.corpus import chunk_corpus, corpus_version, load_corpus
-from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, CellRuntime, Engine
+from evalpipe.config import Cell, JudgeSection, RunConfig
+from evalpipe.engine import CellRuntime, Engine
 from evalpipe.errors import EvalpipeError, InputError, Interrupted
-from evalpipe.formats import get_format
 from evalpipe.health import first_turn_tokens, ignored_tools
 from evalpipe.identity import sample_key
 from evalpipe.probe import probe_questions, run_probe
-from evalpipe.questions import Question, load_questions, question_sources
 from evalpipe.records import SCHEMA_VERSION
+from evalpipe.runplan import ModelCells, RunPlan
 from evalpipe.store import RunStore, git_commit, machine, new_run_id, package_versions, storage
-from evalpipe.tools import ToolLimits, build_toolset
-from evalpipe.tools.builtin import search_site_tool
 
-
-def select_questions(config: RunConfig) -> list[Question]:
-    """The questions of the run: every file, filtered by suite, `limit` per suite."""
-    questions: list[Question] = []
-    origin: dict[str, str] = {}
-    for source in question_sources(config.sources()):
-        for q in load_questions(source, config.question_limits.limits()):
-            if q.id in origin:
-                raise InputError(f"question id {q.id!r} also in {origin[q.id]}",
-                                 file=source.path, field="id",
-                                 expected="ids unique across the run's question sets")
-            origin[q.id] = source.path
-            questions.append(q)
-    if config.suites:
-        questions = [q for q in questions if q.suite in config.suites]
-    if config.limit:
-        per_suite: Counter[str] = Counter()
-        kept = []
-        for q in questions:
-            per_suite[q.suite] += 1
-            if per_suite[q.suite] <= config.limit:
-                kept.append(q)
-        questions = kept
-    if not questions:
-        raise InputError("no questions left after suite and limit filters", file=config.source,
-                         field="suites")
-    return questions
-
-
-@dataclass
-class Corpus:
-    chunks: list
-    version: str
-
-    def __post_init__(self):
-        self._retrievers: dict[str, Any] = {}
-
-    def searcher(self, settings: RetrievalSection) -> Callable[[str, int], list[dict[str, Any]]]:
-        """A search function for one retrieval setting; indexes are built once and shared."""
-        from evalpipe.retrieval import build_retriever
-
-        key = stable_hash({k: v for k, v in settings.record().items() if k not in ("mode", "k")})
-        if key not in self._retrievers:
-            self._retrievers[key] = build_retriever(settings, self.chunks)
-        retriever = self._retrievers[key]
-
-        def search(query: str, k: int) -> list[dict[str, Any]]:
-            return [{"chunk_id": h.chunk.id, "doc": h.chunk.doc, "start": h.chunk.start,
-                     "end": h.chunk.end, "rank": h.rank, "score": round(float(h.score), 6),
-                     "text": h.chunk.text} for h in retriever.search(query, k)]
-
-        return search
-
-
-def fingerprint(cell: Cell, backend_facts: dict, toolset_schemas: list, config: RunConfig,
-                corpus: Corpus | None, questions: list[Question]) -> str:
-    """A hash of everything that decides a cell's outputs."""
-    # How this machine runs the model (the engine's path and kernels) decides no output; the
-    # older machine facts stay in, so the cells of runs made before them keep their fingerprint.
-    model = {k: v for k, v in backend_facts.items() if k != "engine"}
-    return stable_hash({
-        "model": model, "format": cell.format, "toolset": cell.toolset,
-        "tools": toolset_schemas, "retrieval": cell.retrieval.record(),
-        "corpus": corpus.version if corpus and cell.retrieval.on else None,
-        "chunking": config.chunking.model_dump() if cell.retrieval.on else None,
-        "generation": config.generation.to_dict(), "max_turns": config.max_turns,
-        "system_prompt": config.system_prompt or DEFAULT_SYSTEM_PROMPT,
-        # only when set, so the cells of runs made before the setting keep their fingerprint
-        **({"final_answer_line": True} if config.final_answer_line else {}),
-        **({"schema_tools": config.schema_tools.model_dump()}
-           if any(q.tools for q in questions) else {}),
-        "questions": stable_hash([q.to_dict() for q in questions]),
-    }, n=16)
+# Loads the backend of a model entry: evalpipe.backends.load_backend, or a test's stand-in.
+BackendFactory = Callable[[ModelEntry], Backend]
 
 
 def _silent(_: str) -> None:
@@ -118,17 +42,18 @@ def _silent(_: str) -> None:
 def execute_run(config: RunConfig, out_root: Path | None = None, *, resume: Path | None = None,
                 use_cache: bool = True, echo: Callable[[str], None] = _silent,
                 engine: Engine | None = None, retry_infra: bool = False,
-                progress: bool = False) -> Path:
+                progress: bool = False, backends: BackendFactory = load_backend) -> Path:
     """Run every cell of the grid and score it; returns the run directory.
 
     With `resume`, continue a stopped run in place: samples already written are
     kept (a torn last line is cut), and only the missing cell x question pairs run.
     With `retry_infra` as well, the samples that failed for infrastructure reasons
     run again and replace their first attempt in place. Nothing is printed: `echo`
-    receives the log lines, and `progress` shows a bar per cell on stderr.
+    receives the log lines, and `progress` shows a bar per cell on stderr. `backends`
+    loads each model's backend (one model at a time).
     """
     run = Run(config, Path(out_root or "outputs"), resume=resume, retry_infra=retry_infra,
-              echo=echo, progress=progress)
+              echo=echo, progress=progress, backends=backends)
     cache = GenerationCache() if use_cache else None
     try:
         return run.execute(engine or Engine(cache.session if cache else None), cache)
@@ -181,8 +106,9 @@ class Run:
 
     def __init__(self, config: RunConfig, out_root: Path, *, resume: Path | None = None,
                  retry_infra: bool = False, echo: Callable[[str], None] = _silent,
-                 progress: bool = False):
+                 progress: bool = False, backends: BackendFactory = load_backend):
         self.config, self.out_root, self.echo, self.progress = config, out_root, echo, progress
+        self.backends = backends
         self.shard = parallel.Shard.from_environment(config.hash())
         if retry_infra and resume is None:
             raise InputError("--retry-infra re-runs the infra errors of an earlier run",
@@ -192,25 +118,20 @@ class Run:
                              expected="a plain `evalpipe run --resume RUN_DIR --retry-infra`")
         self.retry_infra = retry_infra
         self.resumed, self.begun = resume is not None, False
-        self.cells = config.cells()
         if resume is not None:
             self.store = RunStore(resume)
             self._manifest: dict[str, Any] | None = self.store.read_json("manifest.json")
             self.run_id = self.manifest["run_id"]
-            self.questions = list(self.store.questions().values())
+            self.plan = RunPlan.of(config, list(self.store.questions().values()))
         else:
             # Bad input fails here, before anything that looks like a run exists.
-            self.questions = select_questions(config)
+            self.plan = RunPlan.of(config)
             self.run_id = self.shard.run_id(out_root, config.hash(),
                                             lambda: new_run_id(config.name, config.hash()))
             self.store = RunStore(out_root / self.run_id)
             self._manifest = None  # written by _begin, once the run starts
             self.shard.refuse_an_earlier_run(self.store.path)
-        self.corpus = None
-        if config.corpus and any(c.retrieval.on for c in self.cells):
-            docs = load_corpus(config.corpus)
-            self.corpus = Corpus(chunk_corpus(docs, config.chunking.size, config.chunking.overlap),
-                                 corpus_version(docs))
+        self.cells, self.questions = self.plan.cells, self.plan.questions
         self.write = self.shard.writer(self.store.path, self.store.append_retries
                                        if retry_infra else self.store.append_samples)
 
@@ -246,7 +167,7 @@ class Run:
     # -- rank 0 ----------------------------------------------------------------------------
     def _begin(self) -> None:
         if self._manifest is None:
-            corpus = self.corpus
+            corpus = self.plan.corpus
             self._manifest = {
                 "run_id": self.run_id, "schema_version": SCHEMA_VERSION, "status": "running",
                 "config": self.config.to_dict(),
@@ -270,7 +191,7 @@ class Run:
             self.retry_pairs, self.retrying = self._infra_samples()
             self.done -= self.retry_pairs
         self.shard.begin(self.store.path, self.manifest)
-        seeds = self.config.repeat_seeds()
+        seeds = self.plan.seeds
         self.manifest["repeats"] = {"requested": self.config.repeats, "seeds": seeds}
         self.store.write_manifest(self.manifest)
         self.begun = True
@@ -411,62 +332,47 @@ class Run:
         Returns the count written. Once `stop` is set no conversation or turn starts;
         those in flight finish and are written. After each model, `warn` hears of a cell
         whose backend seems to have ignored its tools (health.py)."""
-        config, mine = self.config, self.shard.questions(self.questions)
+        mine, seeds = self.shard.questions(self.questions), self.plan.seeds
         count = 0
-        seeds = config.repeat_seeds()
-        for model in config.models:
-            model_cells = [c for c in self.cells if c.model.id == model.id]
+        for group in self.plan.models():
             todo = {(c.id, r): [q for q in mine if (c.id, q.id, r) not in done]
-                    for c in model_cells for r in range(len(seeds))}
+                    for c in group.cells for r in range(len(seeds))}
             if not any(todo.values()) or stop:
                 continue
-            backend = load_backend(model)
+            backend = self.backends(group.model)
             if (line := backend.log_line()) is not None:  # which path it takes, and why
                 self.echo(line)
             facts = backend.describe()
-            served = backend.served_identity() if on_cell is not None else None
-            runtimes = [_runtime(cell, backend, facts, config, self.corpus, self.questions)
-                        for cell in model_cells]
-            # cell -> its tools' schemas; cell -> question -> first prompt's tokens
-            offered = {rt.cell_id: rt.toolset.schemas() for rt in runtimes}
-            first_tokens: dict[str, dict[str, int]] = {}
-            for cell, runtime in zip(model_cells, runtimes):
-                if on_cell is not None:
+            runtimes = [self.plan.runtime(cell, backend, facts) for cell in group.cells]
+            if on_cell is not None:
+                served = backend.served_identity()
+                for cell, runtime in zip(group.cells, runtimes):
                     on_cell(cell, runtime, facts, served)
+            tool_use = _ToolUse(group, runtimes)
             for r, seed in enumerate(seeds):
                 # A repeat differs from the first only in its seed (and its number). The
                 # engine draws questions as conversations end: lazy, stoppable lists.
                 jobs = [(dataclasses.replace(runtime, repeat=r, generation=runtime.generation
                                              .model_copy(update={"seed": seed})),
                          itertools.takewhile(lambda q: not stop, left))
-                    for runtime in runtimes if (left := todo[(runtime.cell_id, r)])]
+                        for runtime in runtimes if (left := todo[(runtime.cell_id, r)])]
                 if not jobs or stop:
                     continue
-                with contextlib.ExitStack() as bars:
-                    # One bar per cell: samples done and time spent, no estimate (batched
-                    # conversations end in waves, so a rate over the first says nothing).
-                    shown = [bars.enter_context(tqdm(
-                        total=len(mine), initial=len(mine) - len(todo[(job.cell_id, r)]),
-                        desc=job.cell_id if len(seeds) == 1
-                        else f"{job.cell_id} #{r + 1}/{len(seeds)}",
-                        position=i, bar_format=BAR_FORMAT, dynamic_ncols=True,
-                        disable=not progress)) for i, (job, _) in enumerate(jobs)]
-                    def advance(job: int, ended: int, bars: list[Any] = shown) -> None:
-                        bars[job].update(ended)
-
+                bars = [(job.cell_id if len(seeds) == 1 else
+                         f"{job.cell_id} #{r + 1}/{len(seeds)}",
+                         len(mine) - len(todo[(job.cell_id, r)])) for job, _ in jobs]
+                with _progress_bars(bars, len(mine), progress) as advance:
                     for samples in engine.run_cells(jobs, self.run_id, stop=lambda: bool(stop),
                                                     progress=advance):
                         records = [s.to_dict() for s in samples]
                         self.write(records)
                         count += len(samples)
-                        seen = first_tokens.setdefault(samples[0].cell_id, {})
-                        for qid, tokens in first_turn_tokens(records).items():
-                            seen.setdefault(qid, tokens)
+                        tool_use.saw(records)
             if after_cell is not None and not stop:  # the model is still loaded
                 for runtime in runtimes:
                     after_cell(runtime)
             if warn is not None:
-                for problem in _ignored_tools(model_cells, first_tokens, offered):
+                for problem in tool_use.ignored():
                     warn(problem)
         return count
 
@@ -474,24 +380,57 @@ class Run:
 BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} samples [{elapsed}]"
 
 
-def _ignored_tools(cells: list[Cell], first_tokens: dict[str, dict[str, int]],
-                   offered: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """health.ignored_tools for each cell of one model that offers tools, against the
-    cell of the same retrieval that offers none, when the run has it."""
-    plain = {_retrieval_key(c): c.id for c in cells if not offered.get(c.id)}
-    out = []
-    for cell in cells:
-        if offered.get(cell.id) and first_tokens.get(cell.id):
-            base = plain.get(_retrieval_key(cell))
-            problem = ignored_tools(cell.id, first_tokens[cell.id], offered[cell.id],
-                                    first_tokens.get(base) if base else None)
-            if problem:
-                out.append(problem)
-    return out
+@contextlib.contextmanager
+def _progress_bars(bars: list[tuple[str, int]], total: int, shown: bool
+                   ) -> Iterator[Callable[[int, int], None]]:
+    """One bar per (label, samples done already) on stderr: samples done and time spent,
+    no estimate (batched conversations end in waves, so a rate over the first says
+    nothing). Yields what the engine calls as conversations end: (job, how many)."""
+    with contextlib.ExitStack() as stack:
+        drawn = [stack.enter_context(tqdm(total=total, initial=initial, desc=label,
+                                          position=i, bar_format=BAR_FORMAT,
+                                          dynamic_ncols=True, disable=not shown))
+                 for i, (label, initial) in enumerate(bars)]
+
+        def advance(job: int, ended: int) -> None:
+            drawn[job].update(ended)
+
+        yield advance
 
 
-def _retrieval_key(cell: Cell) -> str:
-    return json.dumps(cell.retrieval.record(), sort_keys=True)
+class _ToolUse:
+    """Whether one model's backend seems to ignore the tools it is offered: the first
+    prompt's tokens of each question in a cell that offers tools, against those of the
+    cell of the same retrieval that offers none (health.ignored_tools), when the run has
+    such a cell."""
+
+    def __init__(self, group: ModelCells, runtimes: list[CellRuntime]):
+        self.cells = group.cells
+        self.offered = {rt.cell_id: rt.toolset.schemas() for rt in runtimes}
+        self.first_tokens: dict[str, dict[str, int]] = {}  # cell -> question -> tokens
+
+    def saw(self, records: list[dict[str, Any]]) -> None:
+        """Samples of one cell, as written."""
+        seen = self.first_tokens.setdefault(records[0]["cell_id"], {})
+        for qid, tokens in first_turn_tokens(records).items():
+            seen.setdefault(qid, tokens)
+
+    def ignored(self) -> list[str]:
+        """One line for each cell whose tools seem to have been ignored."""
+        def retrieval(cell: Cell) -> str:
+            return json.dumps(cell.retrieval.record(), sort_keys=True)
+
+        plain = {retrieval(c): c.id for c in self.cells if not self.offered.get(c.id)}
+        out = []
+        for cell in self.cells:
+            if self.offered.get(cell.id) and self.first_tokens.get(cell.id):
+                base = plain.get(retrieval(cell))
+                problem = ignored_tools(cell.id, self.first_tokens[cell.id],
+                                        self.offered[cell.id],
+                                        self.first_tokens.get(base) if base else None)
+                if problem:
+                    out.append(problem)
+        return out
 
 
 def _now() -> str:
@@ -510,41 +449,6 @@ def _point_latest(run_dir: Path) -> None:
         os.replace(tmp, link)
     except OSError:
         pass  # a file system without symlinks keeps no pointer; the run is unaffected
-
-
-def _runtime(cell: Cell, backend, facts: dict, config: RunConfig, corpus: Corpus | None,
-             questions: list[Question]) -> CellRuntime:
-    retrieval = cell.retrieval
-    search = corpus.searcher(retrieval) if corpus and retrieval.on else None
-    k = retrieval.k or config.k
-    limits = ToolLimits(**config.tool_limits.model_dump())
-    if retrieval.mode == "tool":  # k whole chunks must fit in one search result
-        limits.max_result_chars = max(limits.max_result_chars, k * (config.chunking.size + 200))
-    toolset = build_toolset(cell.toolset, custom=config.custom_tools, limits=limits)
-    toolset.stub_result = config.schema_tools.result
-    if retrieval.mode == "tool":  # agentic RAG: retrieval is one more tool
-        if search is None:
-            raise InputError("a retrieval tool needs a corpus", field="corpus",
-                             expected="a corpus folder beside retrieval mode 'tool'")
-        toolset = toolset.with_tools(search_site_tool(search, k))
-    fmt = get_format(cell.format, tools=toolset.schemas())
-    settings = {
-        **cell.settings(), "tools_offered": toolset.names, "max_turns": config.max_turns,
-        "generation": config.generation.to_dict(), "k": k,
-        "format_effective": cell.format if (cell.format != "native"
-                                            or backend.template_supports_tools) else "hermes",
-        "dtype": facts.get("dtype"),
-    }
-    return CellRuntime(
-        cell_id=cell.id,
-        fingerprint=fingerprint(cell, facts, toolset.schemas(), config, corpus, questions),
-        settings=settings, backend=backend, fmt=fmt, toolset=toolset,
-        generation=config.generation, max_turns=config.max_turns,
-        system_prompt=config.system_prompt or DEFAULT_SYSTEM_PROMPT,
-        final_answer_line=config.final_answer_line,
-        retrieve=search if retrieval.mode == "prepend" else None, k=k,
-        question_tools=cell.toolset != "none",
-        call_only=config.schema_tools.mode == "call_only")
 
 
 def run_judge(store: RunStore, settings: JudgeSection, cache: GenerationCache | None,

@@ -102,14 +102,14 @@ def test_engine_facts_change_no_fingerprint_and_no_cache_key():
     size)."""
     from evalpipe.cache import GenerationCache
     from evalpipe.config import parse_config
-    from evalpipe.runner import fingerprint
+    from evalpipe.runplan import RunPlan
 
     config = parse_config({"name": "t", "questions": ["q.jsonl"], "models": [{"id": "m"}]})
-    cell = config.cells()[0]
+    plan = RunPlan(config, [], config.cells(), None)
+    cell = plan.cells[0]
     facts = {"model_id": "m", "engine": {"path": "batching loop", "kernels": {}}}
     other = {"model_id": "m", "engine": {"path": "model.generate"}}
-    assert fingerprint(cell, facts, [], config, None, []) == \
-        fingerprint(cell, other, [], config, None, [])
-    assert fingerprint(cell, facts, [], config, None, []) != \
-        fingerprint(cell, {**facts, "model_id": "n"}, [], config, None, [])
+    assert plan.fingerprint(cell, facts, []) == plan.fingerprint(cell, other, [])
+    assert plan.fingerprint(cell, facts, []) != \
+        plan.fingerprint(cell, {**facts, "model_id": "n"}, [])
     assert GenerationCache.model_key(facts) == GenerationCache.model_key(other)

@@ -64,8 +64,6 @@ def test_when_even_the_manifest_cannot_be_written_the_one_line_error_says_so(tmp
     config = parse_config({"name": "x", "questions": [str(tmp_path / "q.jsonl")],
                            "models": [{"id": "scripted"}], "toolsets": ["none"]},
                           source=str(tmp_path / "x.yaml"))
-    monkeypatch.setattr(runner, "load_backend", lambda m: ScriptedBackend(
-        lambda p: f"The answer is {last_user(p)}."))
 
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -83,7 +81,9 @@ def test_when_even_the_manifest_cannot_be_written_the_one_line_error_says_so(tmp
     monkeypatch.setattr(RunStore, "append_samples", lambda self, samples: (_ for _ in ()).throw(
         StorageError(f"cannot write {self.samples_path}: No space left on device")))
     with pytest.raises(StorageError) as err:
-        runner.execute_run(config, tmp_path / "o", use_cache=False, echo=lambda line: None)
+        runner.execute_run(config, tmp_path / "o", use_cache=False, echo=lambda line: None,
+                           backends=lambda m: ScriptedBackend(
+                               lambda p: f"The answer is {last_user(p)}."))
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith("cannot write ") and "samples.jsonl: No space left" in message

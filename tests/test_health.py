@@ -40,12 +40,12 @@ def test_a_run_warns_in_its_log_and_manifest(tmp_path, monkeypatch):
                                           "arguments": {"a": i, "b": 2}}]} for i in range(4)])
     # the scripted backend renders the messages alone: tools sent out of band (openai) are
     # dropped, as a server without tool support does; hermes writes them into the messages
-    monkeypatch.setattr(runner, "load_backend", lambda model: ScriptedBackend(lambda p: "5"))
     config = parse_config({"name": "h", "questions": [str(tmp_path / "q.jsonl")],
                            "models": [{"id": "scripted"}], "formats": ["openai", "hermes"],
                            "toolsets": ["none", "calculator"], "retrieval": ["none"]})
     lines: list[str] = []
-    run_dir = runner.execute_run(config, tmp_path / "out", use_cache=False, echo=lines.append)
+    run_dir = runner.execute_run(config, tmp_path / "out", use_cache=False, echo=lines.append,
+                                 backends=lambda model: ScriptedBackend(lambda p: "5"))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     (warning,) = manifest["warnings"]
     assert warning.startswith("cell scripted/openai/calculator/no-rag: the backend seems to "

@@ -36,12 +36,21 @@ def config(tmp_path: Path, n: int = 6, formats=("hermes",)):
                         source=str(tmp_path / "nightly.yaml"))
 
 
+class Scripted:
+    """execute_run with one scripted backend for every model: `backend` may be replaced
+    between runs, and `load` (which fails to load a model, say)."""
+
+    def __init__(self):
+        self.backend = ScriptedBackend(right)
+        self.load = lambda model: self.backend
+
+    def run(self, *args, **kwargs) -> Path:
+        return runner.execute_run(*args, backends=self.load, **kwargs)
+
+
 @pytest.fixture
-def backend(monkeypatch):
-    """execute_run loads this scripted backend for every model."""
-    holder = {"backend": ScriptedBackend(right)}
-    monkeypatch.setattr(runner, "load_backend", lambda model: holder["backend"])
-    return holder
+def backend() -> Scripted:
+    return Scripted()
 
 
 def manifest(run_dir: Path) -> dict:
@@ -54,7 +63,7 @@ def runs(out: Path) -> list[Path]:
 
 
 def test_a_finished_run_says_so_and_becomes_latest(tmp_path, backend):
-    run_dir = runner.execute_run(config(tmp_path), tmp_path / "o", use_cache=False)
+    run_dir = backend.run(config(tmp_path), tmp_path / "o", use_cache=False)
     assert manifest(run_dir)["status"] == "finished"
     assert (tmp_path / "o" / "latest").resolve() == run_dir.resolve()
 
@@ -63,20 +72,20 @@ def test_bad_input_leaves_no_run_directory(tmp_path, backend):
     cfg = config(tmp_path)
     (tmp_path / "q.jsonl").write_text('{"id": "a", "suite": "x", "question": "?"}\n')
     with pytest.raises(InputError):
-        runner.execute_run(cfg, tmp_path / "o", use_cache=False)
+        backend.run(cfg, tmp_path / "o", use_cache=False)
     assert not (tmp_path / "o").exists() or runs(tmp_path / "o") == []
 
 
 def test_a_model_that_cannot_load_fails_the_run_and_latest_stays(tmp_path, backend, monkeypatch):
-    good = runner.execute_run(config(tmp_path), tmp_path / "o", use_cache=False)
+    good = backend.run(config(tmp_path), tmp_path / "o", use_cache=False)
 
     def unavailable(model):
         raise ModelUnavailableError("model 'nope/nope' is not reachable")
 
-    monkeypatch.setattr(runner, "load_backend", unavailable)
+    backend.load = unavailable
     monkeypatch.setattr(runner, "new_run_id", lambda name, h: "second-run")
     with pytest.raises(ModelUnavailableError):
-        runner.execute_run(config(tmp_path), tmp_path / "o", use_cache=False)
+        backend.run(config(tmp_path), tmp_path / "o", use_cache=False)
     failed = tmp_path / "o" / "second-run"
     assert manifest(failed)["status"] == "failed"
     assert "nope/nope" in manifest(failed)["error"]
@@ -99,7 +108,7 @@ def test_a_full_disk_stops_cleanly_keeps_what_was_written_and_resumes(tmp_path, 
     monkeypatch.setattr(store_module.os, "fsync", full_disk)
     monkeypatch.setattr(runner, "new_run_id", lambda name, h: "full-disk")
     with pytest.raises(StorageError) as err:
-        runner.execute_run(cfg, tmp_path / "o", use_cache=False)
+        backend.run(cfg, tmp_path / "o", use_cache=False)
     message = str(err.value)
     assert "\n" not in message and "No space left on device" in message
     run_dir = tmp_path / "o" / "full-disk"
@@ -110,7 +119,7 @@ def test_a_full_disk_stops_cleanly_keeps_what_was_written_and_resumes(tmp_path, 
     assert not (tmp_path / "o" / "latest").exists()
 
     monkeypatch.setattr(store_module.os, "fsync", real_fsync)  # space is back
-    runner.execute_run(cfg, tmp_path / "o", resume=run_dir, use_cache=False)
+    backend.run(cfg, tmp_path / "o", resume=run_dir, use_cache=False)
     samples = RunStore(run_dir).read_samples()
     assert sorted((s["cell_id"], s["question_id"]) for s in samples) == sorted(
         (c.id, f"q{i}") for c in cfg.cells() for i in range(40))
@@ -121,7 +130,7 @@ def test_an_unwritable_output_folder_is_one_clear_line(tmp_path, backend):
     blocker = tmp_path / "o"
     blocker.write_text("a file where the output folder should be")
     with pytest.raises(StorageError) as err:
-        runner.execute_run(config(tmp_path), blocker, use_cache=False)
+        backend.run(config(tmp_path), blocker, use_cache=False)
     assert "\n" not in str(err.value) and str(blocker) in str(err.value)
 
 
@@ -136,14 +145,14 @@ def test_retry_infra_replaces_only_infra_errors_in_place(tmp_path, backend):
     def wrong_for_q2(prompt):
         return "I do not know." if " 2 " in last_user(prompt) else right(prompt)
 
-    backend["backend"] = ScriptedBackend(lambda p: flaky(p) if " 2 " not in last_user(p)
+    backend.backend = ScriptedBackend(lambda p: flaky(p) if " 2 " not in last_user(p)
                                          else wrong_for_q2(p))
-    run_dir = runner.execute_run(config(tmp_path), tmp_path / "o", use_cache=False)
+    run_dir = backend.run(config(tmp_path), tmp_path / "o", use_cache=False)
     first = RunStore(run_dir).read_samples()
     assert {s["question_id"] for s in first if s["stop_reason"] == "infra_error"} == down
 
-    backend["backend"] = ScriptedBackend(right)  # the server is back; q2 would now be right
-    runner.execute_run(config(tmp_path), tmp_path / "o", resume=run_dir, use_cache=False,
+    backend.backend = ScriptedBackend(right)  # the server is back; q2 would now be right
+    backend.run(config(tmp_path), tmp_path / "o", resume=run_dir, use_cache=False,
                        retry_infra=True)
     after = RunStore(run_dir).read_samples()
     assert [s["question_id"] for s in after] == [s["question_id"] for s in first]
@@ -162,7 +171,7 @@ def test_retry_infra_replaces_only_infra_errors_in_place(tmp_path, backend):
 
 def test_retry_infra_needs_resume(tmp_path, backend):
     with pytest.raises(InputError, match="--resume"):
-        runner.execute_run(config(tmp_path), tmp_path / "o", use_cache=False, retry_infra=True)
+        backend.run(config(tmp_path), tmp_path / "o", use_cache=False, retry_infra=True)
 
 
 def test_a_stopped_retry_keeps_what_it_re_ran(tmp_path):
@@ -182,7 +191,7 @@ def test_report_and_compare_refuse_an_unfinished_run_unless_asked(tmp_path, back
 
     from evalpipe.cli import main
 
-    good = runner.execute_run(config(tmp_path), tmp_path / "o", use_cache=False)
+    good = backend.run(config(tmp_path), tmp_path / "o", use_cache=False)
     partial = tmp_path / "partial"
     shutil.copytree(good, partial)
     data = manifest(partial)

@@ -37,11 +37,11 @@ def answers(prompt: str) -> str:
 
 
 def run_config(tmp_path, monkeypatch, entry) -> dict:
-    monkeypatch.setattr(runner, "load_backend", lambda model: ScriptedBackend(answers))
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"name": "mine", "questions": [entry], "models": ["scripted"],
                                    "toolsets": ["none"], "retrieval": ["none"]}))
-    run_dir = runner.execute_run(load_config(cfg), tmp_path / "out", use_cache=False)
+    run_dir = runner.execute_run(load_config(cfg), tmp_path / "out", use_cache=False,
+                                 backends=lambda model: ScriptedBackend(answers))
     return json.loads((run_dir / "scores.json").read_text())
 
 

@@ -341,8 +341,8 @@ def test_a_run_records_each_cells_facets_in_its_manifest(tmp_path, scripted, mon
         {"id": "q1", "suite": "s", "question": "1+1?", "answer": 2}) + "\n")
     config = parse_config({"name": "f", "questions": [str(tmp_path / "q.jsonl")],
                            "models": ["m"], "toolsets": ["none"]})
-    monkeypatch.setattr(runner, "load_backend", lambda model: scripted(lambda prompt: "2"))
-    run_dir = runner.execute_run(config, tmp_path / "out", use_cache=False, echo=lambda s: None)
+    run_dir = runner.execute_run(config, tmp_path / "out", use_cache=False, echo=lambda s: None,
+                                 backends=lambda model: scripted(lambda prompt: "2"))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     [cell] = manifest["cells"].values()
     assert cell["facets"] == {"model": "m", "format": "hermes", "toolset": "none",
