@@ -50,7 +50,7 @@ from evalpipe.corpus import CHUNK_SIZE
 from evalpipe.engine import CellRuntime
 from evalpipe.errors import InputError
 from evalpipe.formats import FORMATS
-from evalpipe.questions import BFCL_SOURCE, QuestionLimits, QuestionSource
+from evalpipe.questions import BFCL_SOURCE, QuestionLimits, QuestionSource, lone_surrogate
 from evalpipe.questions import FIELDS as QUESTION_FIELDS
 from evalpipe.retrieval import RETRIEVERS, RetrieverSettings
 from evalpipe.schema import Section, closest, input_error, line_of
@@ -450,6 +450,12 @@ def parse_config(raw: dict[str, Any], source: str = "<config>", base: Path = Pat
     `overridden` keys came from --set."""
     if not isinstance(raw, dict):
         raise InputError("config is not a mapping", file=source, expected="YAML mapping")
+    broken = lone_surrogate(raw)  # YAML and --set can spell "\ud800" too: no request holds it
+    if broken:
+        loc = [int(p[1:-1]) if p.startswith("[") else p
+               for p in re.findall(r"\[\d+\]|[^.\[\]]+", broken[0])]
+        raise InputError(broken[1], file=source, line=line_of(text, loc) if text else None,
+                         field=broken[0], expected="valid Unicode text")
     given = _shape(raw)
     try:
         config = RunConfig.model_validate(given, context={"source": source, "base": base})

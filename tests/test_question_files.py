@@ -99,6 +99,20 @@ def test_a_lone_surrogate_in_a_field_name_is_refused(tmp_path):
     refused_alike(tmp_path, str(path), f"{path}:2: field 'record': a lone surrogate U+D800")
 
 
+def test_a_lone_surrogate_in_the_config_is_refused_by_validate_and_run(tmp_path):
+    """A model id "m\\ud800" in the YAML: before, the run crashed with a traceback when
+    the HTTP client encoded its first request (exit 1, a run folder left behind)."""
+    path = jsonl(tmp_path / "q.jsonl", GOOD)
+    cfg = config(tmp_path, str(path))
+    cfg.write_text(cfg.read_text().replace("id: fake", 'id: "m\\ud800"'))
+    message = f"{cfg}:7: field 'models[0].id': a lone surrogate U+D800 at character 2"
+    for args in (["validate", "--config", str(cfg)],
+                 ["run", "--config", str(cfg), "--out", str(tmp_path / "out")]):
+        res = cli(*args, cwd=tmp_path)
+        assert res.returncode == 2 and res.stderr.startswith(f"error: {message}"), res.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_pair_of_surrogate_escapes_is_one_character_and_fine(tmp_path):
     path = jsonl(tmp_path / "q.jsonl", '{"id": "q1", "suite": "s", "question": '
                  '"What is \\ud83d\\ude00?", "answer": 1}')
