@@ -2,7 +2,8 @@
 compared still writes its report with the reason first and the differences it could
 compute, keeping its exit code (2, 4); `--junit` writes one test per matched cell and
 gated metric (a regression fails, a refused comparison errs, one not compared is
-skipped, each with the reason). Text from the runs (cell ids) is data in it."""
+skipped, each with the reason); `--summary` and $GITHUB_STEP_SUMMARY get a Markdown
+table of the same entries. Text from the runs (cell ids) is data in both."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def test_a_refused_comparison_still_writes_its_reports_with_the_reason_first(run
     for fmt in ("text", "md", "json"):
         out = tmp_path / f"report.{fmt}"
         res = compare(base, changed, "--strict", "--fail-on-regression", "--format", fmt,
-                      "--out", out, "--junit", tmp_path / "j.xml")
+                      "--out", out, "--junit", tmp_path / "j.xml", "--summary", tmp_path / "s.md")
         assert res.exit_code == 2, res.output  # refused, whatever else it found
         assert "--strict: cells are not the same experiment" in res.output
         text = out.read_text()
@@ -94,6 +95,9 @@ def test_a_refused_comparison_still_writes_its_reports_with_the_reason_first(run
     assert error.get("type") == "refused" and "fingerprints differ" in error.get("message")
     assert "A 100.0% -> B 70.0%: -30.0 pts" in error.text
     assert root.get("errors") == str(len(cases))
+    summary = (tmp_path / "s.md").read_text()
+    assert ":no_entry: verdict: REFUSED (--strict)" in summary
+    assert "| refused |" in summary and "| 40 | 100.0 | 70.0 | -30.0 |" in summary
 
 
 def test_a_comparison_not_compared_writes_its_report_with_the_reason_first(runs, tmp_path):
@@ -131,10 +135,32 @@ def test_junit_has_one_test_per_cell_and_metric_and_fails_the_regression(runs, t
     assert root.get("tests") == str(len(cases))
 
 
-def test_junit_holds_text_xml_cannot(tmp_path):
+def test_the_step_summary_is_a_table_of_each_cell_and_metric_and_appends(runs, tmp_path):
+    base, worse, _ = runs
+    steps = tmp_path / "steps.md"
+    steps.write_text("## an earlier step\n")
+    env = {"GITHUB_STEP_SUMMARY": str(steps)}
+    res = compare(base, worse, "--summary", tmp_path / "s.md", env=env)
+    assert res.exit_code == 0
+    page = (tmp_path / "s.md").read_text()
+    assert steps.read_text() == "## an earlier step\n" + page
+    rows = [line for line in page.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 3 * len(METRICS)
+    for row in rows:  # the pipe in the cell id is escaped: every row has 8 cells
+        assert len(row.replace("\\|", "").split("|")[1:-1]) == 8, row
+    assert "| exact | 40 | 100.0 | 70.0 | -30.0 | [" in rows[0] and rows[0].endswith(
+        "| REGRESSION |")
+    assert "m\\|\\<b>\\&amp;" in page  # markup and the pipe as text (escape.md)
+    # --summary naming the step summary itself: appended to, not written over
+    compare(base, base, "--summary", steps, env=env)
+    assert steps.read_text().startswith("## an earlier step\n" + page)
+    assert steps.read_text().count("### evalpipe compare") == 2
+
+
+def test_ci_outputs_hold_text_xml_cannot(tmp_path):
     """A lone surrogate and control characters in a cell id: the XML parses and shows
-    them as escapes."""
-    from evalpipe._report.ci import junit_xml
+    them as escapes; the summary holds them as text a file can hold."""
+    from evalpipe._report.ci import junit_xml, step_summary
 
     a = run(tmp_path / "a", cells=(CELLS[1],))
     b = run(tmp_path / "b", cells=(CELLS[1],))
@@ -144,3 +170,6 @@ def test_junit_holds_text_xml_cannot(tmp_path):
     root = ET.fromstring(junit_xml(cmp))
     names = {c.get("classname") for c in root.iter("testcase")}
     assert names == {"m\\ud800\\u0000\\u0007/hermes/none/no-rag"}
+    page = step_summary(cmp)
+    page.encode("utf-8")  # a file can hold it
+    assert "m\\\\ud800" in page  # the escape itself, as text

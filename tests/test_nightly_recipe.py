@@ -3,7 +3,7 @@ script) against a fake OpenAI-compatible server: it exits 0 only when it compare
 tonight's run with the baseline and found no regression, and non-zero when the
 server was down all night, when nothing could be compared, and when the model
 behind the endpoint changed. Every night leaves the comparison's report (the reason
-first) and a JUnit XML file, whatever the verdict."""
+first), a JUnit XML file and a Markdown summary, whatever the verdict."""
 
 from __future__ import annotations
 
@@ -58,15 +58,16 @@ def site(tmp_path_factory):
         yield endpoint, home, env
 
 
-def reports(tmp_path) -> tuple[str, list[tuple[str, str]]]:
-    """Tonight's comparison: the Markdown report and each JUnit test (its status and the
-    reason)."""
+def reports(tmp_path) -> tuple[str, list[tuple[str, str]], str]:
+    """Tonight's comparison: the Markdown report, each JUnit test (its status and the
+    reason), and the step summary."""
     [report] = (tmp_path / "site" / "reports").glob("*-vs-baseline.md")
     cases = []
     for case in ET.parse(report.with_suffix(".xml")).getroot().iter("testcase"):
         found = [c for c in case if c.tag in ("failure", "error", "skipped")]
         cases.append((found[0].tag, found[0].get("message")) if found else ("passed", ""))
-    return report.read_text(), cases
+    summary = report.with_name(report.stem + "-summary.md").read_text()
+    return report.read_text(), cases, summary
 
 
 def nightly(site, tmp_path, *, config_change=None) -> subprocess.CompletedProcess:
@@ -94,10 +95,10 @@ def test_a_healthy_night_passes(site, endpoint, tmp_path):
     res = nightly(site, tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "no regression against" in res.stdout
-    report, cases = reports(tmp_path)
+    report, cases, summary = reports(tmp_path)
     assert "no significant regression" in report.splitlines()[2]
     assert len(cases) == 4 and {status for status, _ in cases} <= {"passed", "skipped"}
-    assert ("passed", "") in cases
+    assert ("passed", "") in cases and "| fake/-/none/no-rag | exact | 20 | 100.0 |" in summary
 
 
 def test_a_server_down_all_night_fails_the_night(site, endpoint, tmp_path):
@@ -107,7 +108,7 @@ def test_a_server_down_all_night_fails_the_night(site, endpoint, tmp_path):
     assert "NOT COMPARED" in res.stdout
     assert "20 of 20 samples of B in the matched cells are infrastructure errors" in res.stderr
     assert "20 samples are infra errors" in res.stdout  # each once: one cell, one suite
-    report, cases = reports(tmp_path)
+    report, cases, _ = reports(tmp_path)
     assert report.splitlines()[2].startswith(":warning: **NOT COMPARED: 20 of 20 samples")
     assert {status for status, _ in cases} == {"skipped"}
     assert all("infrastructure errors" in reason for _, reason in cases)
@@ -120,12 +121,13 @@ def test_a_model_swapped_behind_the_same_name_fails_the_night(site, endpoint, tm
     assert "the served model changed (the reply to the probe differs)" in res.stderr
     assert "not the same experiment" in res.stdout
     # the night a new model was deployed still has its table of what changed
-    report, cases = reports(tmp_path)
+    report, cases, summary = reports(tmp_path)
     assert report.splitlines()[2].startswith(":warning: **REFUSED (--strict): not the same "
                                              "experiment: cell")
     assert "| exact | 20 | 100.0 | 0.0 | -100.0 |" in report
     assert {status for status, _ in cases} == {"error"}
     assert all("the served model changed" in reason for _, reason in cases)
+    assert "REFUSED" in summary
 
 
 def test_a_grid_that_no_longer_matches_is_not_compared(site, endpoint, tmp_path):
@@ -136,7 +138,7 @@ def test_a_grid_that_no_longer_matches_is_not_compared(site, endpoint, tmp_path)
     res = nightly(site, tmp_path, config_change=add_a_cell)
     assert res.returncode == 4, res.stdout + res.stderr
     assert "the grids differ (cells only in B: fake/openai/calculator/no-rag)" in res.stderr
-    report, cases = reports(tmp_path)
+    report, cases, _ = reports(tmp_path)
     assert "NOT COMPARED: the grids differ" in report.splitlines()[2]
     assert "| exact | 20 | 100.0 | 100.0 | +0.0 |" in report  # the cell it could compare
     assert {status for status, _ in cases} == {"skipped"}

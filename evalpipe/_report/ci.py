@@ -1,14 +1,15 @@
-"""A comparison as CI systems show it: JUnit XML.
+"""A comparison as CI systems show it: JUnit XML and a Markdown step summary.
 
-One test per matched cell (then the pooled row) and gated metric
+Both hold one entry per matched cell (then the pooled row) and gated metric
 (compare.gate_entries): a regression is a failed test, a metric no pair applies to
 is skipped, a comparison the gate could not judge skips every test with its reason,
 and one --strict refused is an error on every test. The figures that could be
-computed are in each test either way, so a refused night still shows what changed.
+computed are in each entry either way, so a refused night still shows what changed.
 
 Text from the runs (cell ids, run ids, reasons) is data: the XML is built with
 xml.etree (which escapes markup) after each character XML 1.0 cannot hold is written
-as a visible escape (escape.xml_chars, XML's rule among the report's output kinds).
+as a visible escape (escape.xml_chars, XML's rule among the report's output kinds);
+the summary's text follows the Markdown rule (escape.md, markdown_table).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from evalpipe._report.compare import Comparison, GateEntry, gate_entries, summary_line
-from evalpipe._report.escape import xml_chars
+from evalpipe._report.escape import md, md_code, xml_chars
 
 SUITE = "evalpipe compare"
 
@@ -60,3 +61,23 @@ def _element(tag: str, **attributes: Any) -> ET.Element:
 
 def _sub(parent: ET.Element, tag: str, **attributes: Any) -> ET.Element:
     return ET.SubElement(parent, tag, {k: xml_chars(v) for k, v in attributes.items()})
+
+
+GATE = {"passed": "ok", "improved": "improved", "regressed": "REGRESSION",
+        "no pairs": "no pairs", "not compared": "not compared", "refused": "refused"}
+
+
+def step_summary(cmp: Comparison) -> str:
+    """The comparison as a Markdown step summary (what GitHub Actions shows from
+    $GITHUB_STEP_SUMMARY): the verdict, then one row per cell and metric."""
+    from evalpipe._report.tables import markdown_table
+
+    icon = (":no_entry:" if cmp.refused else ":warning:" if cmp.not_compared
+            else ":x:" if cmp.regressions else ":white_check_mark:")
+    rows = [[e.cell, e.metric, *e.figures[:5], GATE[e.status]] for e in gate_entries(cmp)]
+    out = [f"### evalpipe compare: {md_code(cmp.run_a)} -> {md_code(cmp.run_b)}\n",
+           f"{icon} {md(summary_line(cmp))}\n"]
+    if rows:
+        out.append(markdown_table(["cell", "metric", "n", "A %", "B %", "diff pts", "95% CI",
+                                   "gate"], rows))
+    return "\n".join(out) + "\n"

@@ -62,11 +62,14 @@ def report(run_dir, fmt, out, plots_dir, standalone, max_samples, allow_partial)
               help="Also write a JUnit XML report here: one test per matched cell and gated "
                    "metric (a regression fails; a comparison not judged is skipped, one "
                    "refused by --strict is an error, each with the reason).")
+@click.option("--summary", "summary", type=click.Path(dir_okay=False),
+              help="Also write a Markdown step summary here (the verdict and one row per "
+                   "cell and metric). With $GITHUB_STEP_SUMMARY set, it is appended there too.")
 @click.option("--allow-partial", is_flag=True,
               help="Read a run that did not finish (running, interrupted or failed).")
 @handle_errors
 def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples, seed, out,
-            junit, allow_partial):
+            junit, summary, allow_partial):
     """Paired comparison of RUN_B against RUN_A (the baseline).
 
     Pairs samples by cell fingerprint and question id. Per metric: the
@@ -75,7 +78,7 @@ def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples,
     Exit codes: 0 ok, 3 regression with --fail-on-regression, 4 not compared with
     --fail-on-regression (nothing the gate could judge), 2 bad input, an unfinished run
     (without --allow-partial) or refused with --strict, 1 other. A comparison that is
-    refused or not compared still writes its report (and --junit), with the
+    refused or not compared still writes its report (and --junit, --summary), with the
     reason first and the differences it could compute.
     """
     from evalpipe import api
@@ -87,7 +90,7 @@ def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples,
                           resamples=resamples, seed=seed, allow_partial=allow_partial)
     except CompareRefused as exc:  # reported below, then the exit code it means
         cmp, refused = exc.comparison, exc
-    write_comparison(cmp, fmt, out, junit)
+    write_comparison(cmp, fmt, out, junit, summary)
     if refused is not None:
         raise refused
     if fail_on_regression and cmp.not_compared:
@@ -98,11 +101,15 @@ def compare(run_a, run_b, fail_on_regression, threshold, fmt, strict, resamples,
         raise RegressionFound(f"regression gate: {len(cmp.regressions)} metric(s) regressed")
 
 
-def write_comparison(cmp, fmt: str, out: str | None, junit: str | None) -> None:
-    """The report (stdout or --out) and the JUnit XML of a comparison."""
+def write_comparison(cmp, fmt: str, out: str | None, junit: str | None,
+                     summary: str | None) -> None:
+    """The report (stdout or --out), the JUnit XML and the step summary of a comparison;
+    the summary is appended to $GITHUB_STEP_SUMMARY as well when that is set."""
     import json
+    import os
+    from pathlib import Path
 
-    from evalpipe._report.ci import junit_xml
+    from evalpipe._report.ci import junit_xml, step_summary
     from evalpipe._report.compare import render_markdown, render_text
 
     if fmt == "md":
@@ -114,3 +121,12 @@ def write_comparison(cmp, fmt: str, out: str | None, junit: str | None) -> None:
     write_output(text, out)
     if junit:
         write_output(junit_xml(cmp).decode("utf-8"), junit)
+    steps = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary or steps:
+        page = step_summary(cmp)
+        # --summary naming the step summary itself is appended to, never overwritten
+        if summary and not (steps and Path(summary).resolve() == Path(steps).resolve()):
+            write_output(page, summary)
+        if steps:
+            with open(steps, "a", encoding="utf-8") as f:
+                f.write(page)
