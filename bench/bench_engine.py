@@ -202,9 +202,14 @@ def main(argv=None) -> int:
     questions = bench_questions(args.n)
     caps = {"engine": args.batch_size, "engine-1": 1}
     sides = args.sides.split(",")
+    # The engine packs its model's weights in place: the plain loop gets a copy of its
+    # own, loaded for model.generate (never packed).
+    plain = load_backend({"id": args.model, "dtype": args.dtype, "generation": "hf"}) \
+        if "generate" in sides else None
     # Warm-up (every side): one short generation each, so none pays first-call costs.
     run_engine(make_runtime(backend, max_new_tokens=4), questions[:2])
-    run_plain(backend, make_runtime(backend, max_new_tokens=4), questions[:1])
+    if plain is not None:
+        run_plain(plain, make_runtime(plain, max_new_tokens=4), questions[:1])
 
     rows: dict[str, list[tuple[float, int, float, float]]] = {side: [] for side in sides}
     answers: dict[str, dict[str, str]] = {}
@@ -213,8 +218,8 @@ def main(argv=None) -> int:
             backend.prefix_store.clear()  # each side starts cold, as a fresh run would
             before = load_now()
             if side == "generate":
-                runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens)
-                seconds, got, tokens = run_plain(backend, runtime, questions)
+                runtime = make_runtime(plain, max_new_tokens=args.max_new_tokens)
+                seconds, got, tokens = run_plain(plain, runtime, questions)
             else:
                 runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens,
                                        batch_size=caps[side])

@@ -4,9 +4,9 @@
     python bench/bench_kernels.py --workload W2 --n 32
 
 Runs one workload (bench/workloads.py) through the engine twice in one process,
-once with the weights packed once (panels for float32, oneDNN's layout for
-bfloat16: the default on a CPU, `evalpipe/backends/local/packed_linear.py`) and once
-on the stock kernel, and prints
+once on a model whose weights were packed once (panels: the default on a CPU,
+`evalpipe/backends/local/packed_linear.py`) and once on a second copy of the model
+that keeps its stock linears, and prints
 wall time, tokens/s, the machine's load around each side, and how many replies
 (every turn's raw text) and final answers are identical: the two kernels sum
 in different orders, so this is the agreement the speed costs.
@@ -38,29 +38,32 @@ def main(argv=None) -> int:
     threads = use_threads(args.threads)
 
     from evalpipe.backends import load_backend
+    from evalpipe.backends.transformers_backend import TransformersBackend
 
     backend = load_backend({"id": "smollm2-135m", "dtype": "float32"})
-    batcher = backend.batcher
-    packed = batcher.packed
+    packed = backend.batcher.packed
     if packed is None:
-        print(f"the linears could not be packed here: {batcher.unpacked_why}")
+        print(f"the linears could not be packed here: {backend.batcher.unpacked_why}")
         return 1
+    # Packing replaces a model's weights: the stock side is a second copy, loaded for
+    # model.generate (never packed) and then run through the batching loop.
+    stock = TransformersBackend("smollm2-135m", "float32", generation="hf")
+    stock.generation = "loop"
     w = build(args.workload, args.n, args.max_new_tokens)
-    run_engine(backend, build("W1", 2, 4))  # first-call costs paid before either side
+    for side in (backend, stock):
+        run_engine(side, build("W1", 2, 4))  # first-call costs paid before either side
     print(f"{cpu_line()}; torch threads {threads}")
     print(f"workload {w.label}: {len(w.questions)} questions, smollm2-135m float32, "
           f"max_new_tokens {w.max_new_tokens}; {packed.layers} linears packed "
           f"({packed.nbytes / 2**20:.0f} MiB)")
     runs = {}
-    for label, kernel in ((f"packed ({packed.kernel})", packed), ("stock", None)):
-        backend.prefix_store.clear()
-        batcher.packed = kernel
+    for label, side in ((f"packed ({packed.kernel})", backend), ("stock", stock)):
+        side.prefix_store.clear()
         before = load_now()
-        r = runs[label] = run_engine(backend, w, args.batch_size)
+        r = runs[label] = run_engine(side, w, args.batch_size)
         tokens = r["prompt_tokens"] + r["completion_tokens"]
         print(f"{label:16s}: {r['wall_s']:7.1f} s  {tokens / r['wall_s']:6.0f} tokens/s "
               f"(prompt + completion)  load {before:.1f} -> {load_now():.1f}", flush=True)
-    batcher.packed = packed
     a, b = runs.values()
     replies = [[t["raw"] for t in s.turns] for s in a["samples"]], \
         [[t["raw"] for t in s.turns] for s in b["samples"]]

@@ -68,13 +68,17 @@ def matmul_rate(n: int = 1024, seconds: float = 2.0) -> float:
 
 
 def flops_per_token(model) -> float:
-    """2 x the parameters every token multiplies by (the output projection included,
-    the embedding lookup not; attention over the context is left out)."""
-    params = sum(p.numel() for p in model.parameters())
-    emb = model.get_input_embeddings().weight
-    tied = model.get_output_embeddings() is not None and \
-        model.get_output_embeddings().weight.data_ptr() == emb.data_ptr()
-    return 2.0 * (params if tied else params - emb.numel())
+    """2 x the weights every token multiplies by: every layer's projections and the
+    output layer (the embedding lookup, norms and biases not; attention over the
+    context is left out). From the config, so a model whose linears the engine packed
+    (packed_linear.py) counts the same."""
+    cfg = model.config.get_text_config(decoder=True)
+    h, heads = cfg.hidden_size, cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    dim = getattr(cfg, "head_dim", None) or h // heads
+    inner = getattr(cfg, "intermediate_size", 4 * h)
+    layer = h * dim * (2 * heads + 2 * kv) + 3 * h * inner  # q, o; k, v; gate, up, down
+    return 2.0 * (cfg.num_hidden_layers * layer + cfg.vocab_size * h)
 
 
 def attention_flops_per_column(model) -> float:

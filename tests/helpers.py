@@ -179,8 +179,12 @@ def prefix_columns(starts, lengths, width: int):
 
 def greedy_reference(model, prompt: list[int], n: int, eos: int) -> list[int]:
     """Greedy `model.generate` on one unpadded prompt: the ground truth the engine's
-    batching must reproduce token for token."""
+    batching must reproduce token for token (on a model the engine never packed)."""
     import torch
+
+    from evalpipe.backends.local.packed_linear import is_packed
+
+    assert not is_packed(model), "the reference must be a model the engine did not pack"
 
     with torch.inference_mode():
         out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt),

@@ -47,6 +47,8 @@ def test_explicit_bfloat16_without_native_support_warns(monkeypatch):
     monkeypatch.setattr(cpu, "cpu_info", lambda: cpu.parse_cpuinfo(EPYC))
     assert cpu.resolve_dtype("bfloat16") == ("bfloat16", None)
     assert cpu.resolve_dtype("bfloat16", device="cuda") == ("bfloat16", None)
+    monkeypatch.setattr(cpu, "cpu_info", lambda: cpu.parse_cpuinfo(AVX2_ONLY))
+    assert cpu.resolve_dtype("bfloat16", panels=True) == ("bfloat16", None)  # widened there
 
 
 def test_backend_default_is_auto_and_loads_float32(tiny_model_dir, monkeypatch, capsys):
@@ -59,6 +61,10 @@ def test_backend_default_is_auto_and_loads_float32(tiny_model_dir, monkeypatch, 
     assert backend.dtype == "float32" and backend.describe()["dtype"] == "float32"
     assert next(backend.model.parameters()).dtype == torch.float32
     monkeypatch.setattr(cpu, "cpu_info", lambda: cpu.parse_cpuinfo(AVX2_ONLY))
+    # On bfloat16 panels (any CPU with a compiler) bfloat16 is not emulated: no warning.
+    TransformersBackend(str(tiny_model_dir), dtype="bfloat16")
+    assert "warning: dtype bfloat16" not in capsys.readouterr().err
+    monkeypatch.setenv("EVALPIPE_NATIVE_KERNELS", "0")  # no panels: torch emulates it
     slow = TransformersBackend(str(tiny_model_dir), dtype="bfloat16")
     assert next(slow.model.parameters()).dtype == torch.bfloat16
     err = capsys.readouterr().err

@@ -59,11 +59,18 @@ def test_dtype_reaches_model_and_description(tiny_model_dir):
     import torch
 
     from evalpipe.backends import load_backend
+    from evalpipe.backends.local import packed_linear
 
     backend = load_backend({"id": str(tiny_model_dir), "dtype": "bfloat16"})
-    assert backend.describe()["dtype"] == "bfloat16"
-    assert next(backend.model.parameters()).dtype == torch.bfloat16
-    assert backend.batcher.dtype == torch.bfloat16
+    facts = backend.describe()
+    assert facts["dtype"] == "bfloat16" and facts["engine"]["dtype"] == "bfloat16"
+    assert backend.model.get_input_embeddings().weight.dtype == torch.bfloat16
+    if packed_linear.kernel_for(torch.bfloat16) == "panel":  # float32 around bf16 panels
+        assert facts["engine"]["linear"] == "panel" and facts["activations"] == "float32"
+        assert backend.batcher.dtype == torch.float32
+        assert facts["engine"]["bf16_products"] in ("dot", "widened")
+    else:  # the model's own dtype throughout
+        assert "activations" not in facts and backend.batcher.dtype == torch.bfloat16
     prompt = backend.render([{"role": "user", "content": "What is 2 + 2?"}], None)
     from evalpipe.backends.base import GenerationSettings
 

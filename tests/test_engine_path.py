@@ -43,6 +43,8 @@ def test_a_llama_model_takes_the_loop_and_the_log_says_so(tiny_model_dir, capfd)
     assert engine["path"] == "batching loop"
     assert engine["why"] == "every attention layer keeps a full cache"
     assert engine["fused_layers"] == "2 of 2" and engine["unfused"] == {}
+    assert engine["dtype"] == engine["activations"] == "float32"
+    assert engine["resident_bytes"] > 0
     assert set(engine["kernels"]) == {"own_attention", "panel_linear", "rotary"}
     assert engine["transformers"]
     log = backend.log_line()
@@ -60,8 +62,12 @@ def test_gemma3_takes_generate_and_the_log_says_why(tiny_gemma3_dir):
     engine = backend.describe()["engine"]
     assert engine["path"] == "model.generate"
     assert "sliding_attention" in engine["why"] and "kernels" not in engine
-    assert f"{tiny_gemma3_dir}: model.generate (its cache has sliding_attention layers; the " \
-           "batching loop keeps full-attention caches only)" == backend.log_line()
+    assert backend.log_line().startswith(
+        f"{tiny_gemma3_dir}: model.generate (its cache has sliding_attention layers; the "
+        "batching loop keeps full-attention caches only); weights float32, resident ")
+    tensors = [*backend.model.parameters(), *backend.model.buffers()]  # nothing packed
+    assert engine["dtype"] == "float32" and engine["resident_bytes"] == sum(
+        t.numel() * t.element_size() for t in tensors)
 
 
 def test_an_asked_for_path_says_it_was_asked_for(tiny_model_dir, capsys):

@@ -49,6 +49,22 @@ def test_every_width_compiles_whatever_this_cpu_runs(level, tmp_path, monkeypatc
                     "-fsyntax-only", str(probe)], check=True, capture_output=True)
 
 
+@needs_compiler
+@pytest.mark.parametrize("target, dot", [("cooperlake", 1), ("x86-64-v4", 0), ("x86-64-v3", 0)])
+def test_the_bfloat16_dot_product_path_compiles_where_the_target_has_it(target, dot, tmp_path):
+    """The panel kernel's bfloat16 products take the AVX512_BF16 dot-product instruction
+    for a target that has it (Cooper Lake: AVX-512 with BF16, as Zen 4 and 5) and widen
+    bfloat16 to float32 for one that does not, whatever this CPU runs."""
+    if native.missing_flags("x86-64-v2") == ["not an x86-64 CPU"]:
+        pytest.skip("an x86-64 target; this CPU is not one")
+    probe = tmp_path / "dot.c"
+    probe.write_text('#include "panel_linear.c"\n'
+                     f'_Static_assert(DOT_BF16 == {dot}, "the wrong bfloat16 path");\n')
+    subprocess.run([native.compiler(), f"-march={target}", *native.FLAGS,
+                    f"-I{native.KERNELS}", str(probe), "-o", str(tmp_path / "dot.so")],
+                   check=True, capture_output=True)
+
+
 def test_a_width_the_cpu_lacks_is_built_but_not_loaded(monkeypatch, tmp_path):
     monkeypatch.setenv("EVALPIPE_CACHE", str(tmp_path))
     monkeypatch.setattr(native, "_loaded", {})

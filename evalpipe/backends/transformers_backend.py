@@ -27,7 +27,7 @@ from evalpipe.backends.base import (
     GenerationSettings,
     cut_plain_turn,
 )
-from evalpipe.backends.local import allocator, batching, native
+from evalpipe.backends.local import allocator, batching, native, packed_linear
 from evalpipe.backends.local.cpu import AUTO, resolve_dtype
 from evalpipe.backends.local.cpu import DTYPES as DTYPE_NAMES
 from evalpipe.backends.models import ALIASES, quiet_loading, resolve_model
@@ -63,15 +63,23 @@ def render_chat(tokenizer, messages, tools) -> str:
 
 
 def engine_line(model_id: str, engine: dict[str, Any]) -> str:
-    """One line for the run's log: the path a model takes and why, and on the batching
-    loop its fused layers and kernels (the same facts the manifest records)."""
+    """One line for the run's log: the path a model takes and why, the weights' dtype and
+    the model's resident size, and on the batching loop its fused layers and kernels
+    (the same facts the manifest records)."""
     line = f"{model_id}: {engine['path']} ({engine['why']})"
     if "fused_layers" in engine:
         line += f"; fused layers {engine['fused_layers']}" + "".join(
             f" ({n}: {why})" for why, n in engine["unfused"].items())
         line += f"; linears {engine['linear']}"
+        if "bf16_products" in engine:
+            line += f" (bfloat16 products {engine['bf16_products']})"
     elif "linear_why" in engine:
         line += f"; linears stock, no fused layers ({engine['linear_why']})"
+    if "dtype" in engine:
+        line += f"; weights {engine['dtype']}"
+        if engine.get("activations", engine["dtype"]) != engine["dtype"]:
+            line += f" computing in {engine['activations']}"
+        line += f", resident {_size(engine['resident_bytes'])}"
     kernels = engine.get("kernels", {})
     built = {k["march"] + ", " + k["compiler"] for k in kernels.values() if k["built"]}
     if kernels:
@@ -80,6 +88,19 @@ def engine_line(model_id: str, engine: dict[str, Any]) -> str:
             for name, k in kernels.items())
         line += "".join(f" (-march={b})" for b in sorted(built))
     return line
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def _resident_bytes(model) -> int:
+    """Bytes of the model's tensors (parameters and buffers, each storage once)."""
+    seen: dict[int, int] = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
 
 
 class _FirstTokenClock:
@@ -109,11 +130,12 @@ class TransformersBackend(Backend):
         if dtype != AUTO and dtype not in DTYPES:
             raise InputError(f"unknown dtype {dtype!r}", field="dtype",
                              expected=" | ".join((AUTO, *DTYPES)))
-        dtype, warning = resolve_dtype(dtype, device)
+        dtype, warning = resolve_dtype(dtype, device, panels=generation != "hf" and
+                                       packed_linear.kernel_for(torch.bfloat16) == "panel")
         if warning:  # explicit bfloat16 on a CPU that emulates it: say why it will be slow
             print(warning, file=sys.stderr)
         self.model_id, self.dtype, self.device = model_id, dtype, device
-        self.path = resolve_model(model_id)
+        self.path = resolve_model(model_id, dtype)
         try:
             with quiet_loading():
                 self.tokenizer, self.plain_template = load_tokenizer(self.path)
@@ -127,6 +149,8 @@ class TransformersBackend(Backend):
         self.weights = folder_digest(self.path) if isinstance(self.path, Path) \
             and self.path.is_dir() else None
         self.model.to(device).eval()
+        # Counted before the engine packs the linears (their weights then live as panels).
+        self.parameters = sum(p.numel() for p in self.model.parameters())
         if device == "cpu":
             allocator.keep_freed_memory()
         self.tokenizer.padding_side = "left"
@@ -148,7 +172,8 @@ class TransformersBackend(Backend):
         self.prefix_reuse = prefix_reuse
         self.prefix_store = batching.PrefixStore()
         self.batcher = batching.BatchGenerator(self.model, self.eos_ids,
-                                               self.tokenizer.pad_token_id, self.prefix_store)
+                                               self.tokenizer.pad_token_id, self.prefix_store,
+                                               pack=self.generation == "loop")
         self.engine = self._engine_facts()
 
     def _eos_ids(self) -> list[int]:
@@ -160,19 +185,25 @@ class TransformersBackend(Backend):
 
     def _engine_facts(self) -> dict[str, Any]:
         """How this machine runs the model: the engine's batching loop or `model.generate`
-        and why, and on the loop the fused layers and every kernel's state."""
+        and why, the weights' dtype and what the model computes in, its resident size, and
+        on the loop the fused layers and every kernel's state."""
         import transformers
 
-        facts: dict[str, Any] = {"transformers": transformers.__version__}
+        packed = self.batcher.packed
+        facts: dict[str, Any] = {
+            "transformers": transformers.__version__, "dtype": self.dtype,
+            "activations": str(self.batcher.dtype).removeprefix("torch."),
+            "resident_bytes": _resident_bytes(self.model) + (packed.nbytes if packed else 0)}
         if self.generation == "hf":
             return {"path": "model.generate", "why": self.path_why, **facts}
-        packed = self.batcher.packed
         facts = {"path": "batching loop", "why": self.path_why or
                  "every attention layer keeps a full cache", **facts}
         if packed is not None:
             layers = packed.fused + sum(packed.unfused.values())
             facts.update(linear=packed.kernel, fused_layers=f"{packed.fused} of {layers}",
                          unfused=packed.unfused)
+            if packed.kernel == "panel" and packed.dtype == torch.bfloat16:
+                facts["bf16_products"] = packed_linear.bf16_path()
         else:  # stock linears, so no fused layers either
             facts.update(linear="stock", linear_why=self.batcher.unpacked_why)
         if self.device == "cpu":
@@ -192,7 +223,11 @@ class TransformersBackend(Backend):
             "model_id": self.model_id,
             "backend": "transformers",
             "dtype": self.dtype,
-            "parameters": sum(p.numel() for p in self.model.parameters()),
+            # What the model computes in where that is not its weights' dtype (float32
+            # around bfloat16 panels): other arithmetic, other replies.
+            **({"activations": self.engine["activations"]}
+               if self.engine["activations"] != self.dtype else {}),
+            "parameters": self.parameters,
             "alias": ALIASES[self.model_id].wheels[0] if self.model_id in ALIASES else None,
             "config_hash": hashlib.sha256(
                 json.dumps(config.to_dict(), sort_keys=True, default=str).encode()

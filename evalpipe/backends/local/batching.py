@@ -43,7 +43,6 @@ import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -353,7 +352,9 @@ def available_memory(device: torch.device) -> int:
 
 class BatchGenerator:
     def __init__(self, model, eos_ids: list[int], pad_id: int, prefix_store: PrefixStore | None,
-                 memory_fraction: float = 0.5):
+                 memory_fraction: float = 0.5, pack: bool = True):
+        """`pack`: replace the model's linears by packed copies on the CPU (the model is
+        the engine's from then on: packed_linear.py)."""
         self.model = model
         self.eos = torch.tensor(sorted(set(eos_ids)) or [-1], dtype=torch.long)
         self.pad_id = pad_id
@@ -374,14 +375,20 @@ class BatchGenerator:
         # Rows attend to the shared prefix without a copy of it where the model allows.
         self.shared_attention = supported(model) and prefix_attention.install(model)
         # Every forward multiplies few rows by all the weights: on the CPU, pack them once
-        # (a copy, in at most a quarter of the free memory) instead of on every call.
-        self.packed, self.unpacked_why = None, "not on the CPU"
-        if self.device.type == "cpu":
-            budget = int(available_memory(self.device) * 0.25)
-            self.packed = packed_linear.PackedLinears.install(model, budget)
+        # (in place of the model's own) instead of on every call.
+        self.packed: packed_linear.PackedLinears | None = None
+        self.unpacked_why = "not on the CPU" if self.device.type != "cpu" else \
+            None if pack else "the model runs through model.generate"
+        if self.unpacked_why is None:
+            free = available_memory(self.device)
+            self.packed = packed_linear.PackedLinears.install(model, free)
             self.unpacked_why = None if self.packed is not None else (
-                packed_linear.why_not(model, budget)
+                packed_linear.why_not(model, free)
                 or "the packed product disagreed with the stock layer on a probe")
+        # What the key/value cache and the activations are kept in: float32 around
+        # bfloat16 panels (packed_linear.py), else the model's dtype.
+        self.dtype = self.packed.activations if self.packed is not None \
+            else next(model.parameters()).dtype
         # `attended`: key columns the computed tokens attended to, summed (each token sees
         # every position up to its own): the context-dependent part of the compute.
         self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_steps": 0,
@@ -399,10 +406,6 @@ class BatchGenerator:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
 
     def kv_bytes_per_token(self) -> int:
         return 2 * self.n_layers * self.kv_heads * self.head_dim * self.dtype.itemsize
@@ -469,9 +472,8 @@ class BatchGenerator:
         extra = {}
         if state is not None and state.prefixes is not None and bool((state.prefix >= 0).any()):
             extra["shared_prefix"] = state.prefixes.shared(state.prefix)
-        with self.packed.active() if self.packed is not None else nullcontext():
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                             use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}, **extra)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                         use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}, **extra)
         return out.logits[:, -1, :].float()
 
     def _prefill_forward(self, layers, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,

@@ -79,18 +79,21 @@ AUTO = "auto"
 DTYPES = ("float32", "bfloat16", "float16")  # what weights load in; `auto` picks one
 
 
-def resolve_dtype(requested: str, device: str = "cpu") -> tuple[str, str | None]:
+def resolve_dtype(requested: str, device: str = "cpu", panels: bool = False
+                  ) -> tuple[str, str | None]:
     """The dtype to load weights in, and a warning line when the request will be slow.
 
-    `auto` is float32 on every device: bfloat16 decodes faster where it is native
-    (1.5-1.65x at 64 rows, measured), but its rounding depends on the batch's
-    shape, so its greedy replies differ from one-at-a-time ones; a default must
-    not depend on how batches happened to be cut (docs/speed.md, "dtype")."""
+    `auto` is float32 on every device: the reproducible default, whose greedy replies
+    equal one-at-a-time `generate`'s (docs/speed.md, "dtype"). An explicit bfloat16 is
+    slow only where the CPU has no bfloat16 instructions and the engine's bfloat16
+    panels (`panels`: their kernel is built here, which widens bfloat16 to float32 on
+    any CPU) cannot take the weights: then torch emulates it element by element."""
     if requested == AUTO:
         return "float32", None
-    if requested == "bfloat16" and device == "cpu" and not native_bf16():
+    if requested == "bfloat16" and device == "cpu" and not native_bf16() and not panels:
         model = cpu_info()[0]
         return requested, (f"warning: dtype bfloat16 on a CPU without native bfloat16 ({model}: "
-                           "no avx512_bf16/amx_bf16/bf16 flag) is emulated and runs many times "
-                           "slower than float32; use dtype: auto or float32")
+                           "no avx512_bf16/amx_bf16/bf16 flag) and without the engine's "
+                           "bfloat16 kernel is emulated and runs many times slower than "
+                           "float32; use dtype: auto or float32")
     return requested, None

@@ -17,12 +17,12 @@ norms: Llama's (SmolLM2 among them) and Qwen2's, whose q, k and v projections
 carry biases (added to the fused product's outputs). `why_not` says why any
 other layer keeps its seven linears.
 
-The fused forward runs only while its `PackedLinears` is on (inside the
-engine's own forward calls) and with at least `MIN_ROWS` tokens of its kernel; otherwise
-the layer's stock forward runs, so `model.generate` is unchanged. A fused
+The fused layer holds its q/k/v and gate/up weights only as packed panels (the
+five linears are dropped), so it runs the fused forward on every call. A fused
 product may round differently in the last bits from the separate ones (as the
 packed kernel does from the stock one); greedy replies are tested identical to
-`generate`, and were identical on whole workloads (docs/speed.md).
+`generate` on a model that was never packed, and were identical on whole
+workloads (docs/speed.md).
 """
 
 from __future__ import annotations
@@ -86,11 +86,11 @@ def fuse(layer, pack: Callable[[torch.Tensor], Any],
          matmul: Callable[[torch.Tensor, Any], torch.Tensor],
          pack_gated: Callable[[torch.Tensor, torch.Tensor], Any],
          gated: Callable[[torch.Tensor, Any], torch.Tensor],
-         on: Callable[[torch.Tensor], bool]) -> list[torch.nn.Module]:
-    """Give `layer` a forward on fused packed weights (used while `on(hidden)` holds):
-    `pack`/`matmul` for q/k/v in one product, `pack_gated`/`gated` for the MLP's
-    silu(gate) * up; returns the linears it now covers, which need no packed copy of
-    their own."""
+         size: Callable[[Any], int]) -> int:
+    """Give `layer` a forward on fused packed weights: `pack`/`matmul` for q/k/v in one
+    product, `pack_gated`/`gated` for the MLP's silu(gate) * up. The five linears these
+    cover are dropped from the layer (their weights freed as each copy is made); returns
+    the bytes the copies take (`size` of each)."""
     attn, mlp = layer.self_attn, layer.mlp
     heads = attn.q_proj.out_features // attn.head_dim
     kv_heads = attn.k_proj.out_features // attn.head_dim
@@ -98,18 +98,15 @@ def fuse(layer, pack: Callable[[torch.Tensor], Any],
     projections = (attn.q_proj, attn.k_proj, attn.v_proj)
     qkv = pack(torch.cat([m.weight for m in projections]).detach())
     bias = None if attn.q_proj.bias is None else torch.cat([m.bias for m in projections]).detach()
+    attn.q_proj = attn.k_proj = attn.v_proj = None
     gate_up = pack_gated(mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach())
+    mlp.gate_proj = mlp.up_proj = None
     norm_in, norm_post = layer.input_layernorm, layer.post_attention_layernorm
-    stock = layer.forward
     eager_attention_forward = _layouts()[type(layer)][3]
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     def forward(hidden_states, attention_mask=None, position_ids=None, cache=None,
                 use_cache=False, position_embeddings=None, **kwargs):
-        if not on(hidden_states):
-            return stock(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
-                         cache=cache, use_cache=use_cache,
-                         position_embeddings=position_embeddings, **kwargs)
         b, t, width = hidden_states.shape
         h = F.rms_norm(hidden_states, (width,), norm_in.weight, norm_in.variance_epsilon)
         y = matmul(h, qkv)
@@ -141,4 +138,4 @@ def fuse(layer, pack: Callable[[torch.Tensor], Any],
         return hidden_states + mlp.down_proj(gated(h, gate_up))
 
     layer.forward = forward
-    return [attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj]
+    return size(qkv) + size(gate_up) + (0 if bias is None else bias.numel() * bias.element_size())

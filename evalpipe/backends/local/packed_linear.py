@@ -3,43 +3,51 @@
 A decode step multiplies a few dozen rows by every weight matrix of the model,
 and the weights come cold from memory each step. torch's default CPU path
 repacks a weight into the blocked layout its kernel wants on every call; with
-so few rows that repacking costs about as much as the multiply itself. Packed
-once, the linears of a loop shaped like SmolLM2's 30 layers took 106 instead of
-163 ms at 64 rows (float32) on oneDNN's packed kernel (docs/speed.md).
+so few rows that repacking costs about as much as the multiply itself.
 
-float32 weights are packed into panels of outputs (64 with AVX-512, 16 with AVX2:
-the kernel's `panel_width`) for the C kernel in `panel_linear.c`, which streams them faster
-than oneDNN's kernel at decode sizes (the 30 layers at 16 rows: 22.0 against
-27.5 ms, 36.9 against 44.7 on an AVX2 CPU) and is level with it or faster at
-prefill sizes. bfloat16 weights, and float32 ones where the kernel cannot be
-built (native.py), take oneDNN's packed kernel.
+float32 and bfloat16 weights are packed into panels of outputs (64 with AVX-512,
+16 with AVX2: the kernel's `panel_width`) for the C kernel in `panel_linear.c`,
+which streams them faster than oneDNN's packed kernel at decode sizes and is
+level with it or faster at prefill sizes. bfloat16 panels are half the bytes to
+read; their products take float32 inputs (rounded to bfloat16 inside the
+kernel) and give float32 outputs, so a model on bfloat16 panels computes
+everything else (norms, residuals, rotary embedding, attention, its key/value
+cache) in float32 (`Engine arithmetic` in docs/speed.md). Where the kernel
+cannot be built (native.py), weights take oneDNN's packed kernel and the model
+keeps its own dtype throughout.
 
-The packed path is on only inside `active()`, which the engine wraps around its
-own forward calls, so `model.generate` (the reference the engine's greedy
-replies are tested against) still runs the model's stock layers. The kernels
-sum in different orders, so logits differ in the last bits, as the stock
-kernel's own results differ between batch sizes; greedy replies are tested
-identical. Decoder layers of the plain Llama layout get their q/k/v and
-gate/up projections fused into one packed product each (`fused_layer`).
+The packed copy replaces the model's weight: each linear becomes a
+`PackedLinear` holding only its panels, and the decoder layers that
+`fused_layer` takes hold their q/k/v and gate/up panels instead of those five
+linears. A model's resident size is then its packed size (the 1.5B in float32
+could not be packed beside its own weights on a 24 GB machine). The model is
+the engine's from then on: the backend packs only where the batching loop runs
+it, and `model.generate`, the reference the engine is tested against, runs on
+a model that was never packed. The kernels sum in other orders than torch's,
+so logits differ in the last bits, as the stock kernel's own results differ
+between batch sizes; greedy replies are tested identical.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from evalpipe.backends.local import fused_layer, native
 
-# Rows from which a product takes the packed weights: below 4, oneDNN's packed kernel is
-# no faster than the stock one; the panel kernel is faster from one row (the layers of
-# SmolLM2-135M at one row: 16.0 against 36.2 ms).
-MIN_ROWS = {"panel": 1, "onednn-packed": 4}
 SOURCE = native.KERNELS / "panel_linear.c"
+PANEL_DTYPES = (torch.float32, torch.bfloat16)
+# Packing needs at most this share of the free memory beyond the model's own weights:
+# the copies that stay beside them and the largest one being made (the rest is for
+# key/value caches and activations).
+MEMORY_SHARE = 0.25
+# The model attribute that holds its PackedLinears once packed.
+PACKED_ATTRIBUTE = "_evalpipe_packed"
+# Where no kernel is built to ask, the widest panels a build makes (AVX-512).
+WIDEST_PANEL = 64
 
 
 def _panel_kernel() -> ctypes.CDLL | None:
@@ -61,20 +69,41 @@ def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
     return True
 
 
+def kernel_for(dtype: torch.dtype) -> str:
+    """The packed kernel weights of `dtype` run on: "panel", "onednn-packed" or "stock"
+    (nothing here packs them)."""
+    if dtype in PANEL_DTYPES and _panel_kernel() is not None:
+        return "panel"
+    return "onednn-packed" if onednn_available(dtype) else "stock"
+
+
 def available(dtype: torch.dtype = torch.float32) -> bool:
     """Weights of `dtype` can be packed here."""
-    return kernel_for(dtype) == "panel" or onednn_available(dtype)
+    return kernel_for(dtype) != "stock"
+
+
+def bf16_path() -> str:
+    """How the panel kernel multiplies bfloat16 here: "dot" (the CPU's AVX512_BF16
+    dot-product instruction) or "widened" (pairs widened to float32), for the manifest."""
+    lib = _panel_kernel()
+    return "dot" if lib is not None and lib.bf16_dot() else "widened"
 
 
 @dataclass(frozen=True)
 class Panels:
-    """A float32 weight [out, in] as [ceil(out / w), in, w] panels (zeros past out), w
-    the `panel_width` of `lib`, the kernel library they were packed for (its products
-    are the only ones that read this layout)."""
+    """A weight [out, in] packed for the panel kernel of `lib` (its products are the only
+    ones that read this layout), w = its `panel_width`: float32 as [ceil(out / w), in, w];
+    bfloat16 as [ceil(out / w), ceil(in / 2), w, 2], the inputs in pairs. Zeros past
+    `out` and `in`."""
 
     data: torch.Tensor
     out_features: int
+    in_features: int
     lib: ctypes.CDLL
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel() * self.data.element_size()
 
 
 @dataclass(frozen=True)
@@ -92,21 +121,46 @@ def pack_onednn(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight, 64)
 
 
-def kernel_for(dtype: torch.dtype) -> str:
-    """The packed kernel weights of `dtype` run on: "panel" or "onednn-packed"."""
-    return "panel" if dtype == torch.float32 and _panel_kernel() is not None \
-        else "onednn-packed"
+def panel_shape(out: int, inner: int, dtype: torch.dtype, width: int) -> tuple[int, ...]:
+    """The shape of the panels of a weight [out, inner] of `dtype` (see `Panels`)."""
+    panels = -(-out // width)
+    if dtype == torch.bfloat16:
+        return (panels, -(-inner // 2), width, 2)
+    return (panels, inner, width)
+
+
+def _panels_into(data: torch.Tensor, weight: torch.Tensor) -> None:
+    """Write `weight` [out, in] into zeroed panels `data` (`panel_shape`): strided copies,
+    no transposed copy of the whole weight on the way."""
+    out, inner = weight.shape
+    width = data.shape[2]  # both layouts keep the outputs of a panel in dimension 2
+    full = out // width
+    parts = [(data[:full], weight[: full * width].view(full, width, inner))]
+    if out % width:
+        parts.append((data[full:][:, :, : out % width], weight[full * width:][None]))
+    for dst, src in parts:  # src [panels, outputs, inner]
+        if weight.dtype != torch.bfloat16:
+            dst.copy_(src.transpose(1, 2))
+            continue
+        even = inner - inner % 2
+        n, w = src.shape[:2]
+        dst[:, : even // 2].copy_(src[:, :, :even].reshape(n, w, even // 2, 2)
+                                  .permute(0, 2, 1, 3))
+        if inner % 2:  # the last pair's second weight stays zero
+            dst[:, even // 2, :, 0].copy_(src[:, :, even])
 
 
 def pack(weight: torch.Tensor) -> Panels | torch.Tensor:
     """`weight` [out, in] packed for `matmul` in the layout of `kernel_for` its dtype."""
     lib = _panel_kernel()
-    if weight.dtype != torch.float32 or lib is None:
+    if weight.dtype not in PANEL_DTYPES or lib is None:
         return pack_onednn(weight)
+    weight = weight.detach()
     out, inner = weight.shape
-    width = int(lib.panel_width())
-    padded = torch.nn.functional.pad(weight.detach(), (0, 0, 0, -out % width))
-    return Panels(padded.view(-1, width, inner).transpose(1, 2).contiguous(), out, lib)
+    data = torch.zeros(panel_shape(out, inner, weight.dtype, int(lib.panel_width())),
+                       dtype=weight.dtype)
+    _panels_into(data, weight)
+    return Panels(data, out, inner, lib)
 
 
 def pack_gated(gate: torch.Tensor, up: torch.Tensor) -> Gated:
@@ -116,10 +170,14 @@ def pack_gated(gate: torch.Tensor, up: torch.Tensor) -> Gated:
                          f"and {tuple(up.shape)}")
     if kernel_for(gate.dtype) != "panel":
         return Gated(pack_onednn(torch.cat([gate, up]).detach()), gate.shape[0])
-    g, u = pack(gate), pack(up)
-    assert isinstance(g, Panels) and isinstance(u, Panels)
-    return Gated(Panels(torch.stack([g.data, u.data], dim=1).flatten(0, 1), gate.shape[0],
-                        g.lib), gate.shape[0])
+    lib = _panel_kernel()
+    assert lib is not None
+    out, inner = gate.shape
+    shape = panel_shape(out, inner, gate.dtype, int(lib.panel_width()))
+    data = torch.zeros((shape[0], 2, *shape[1:]), dtype=gate.dtype)  # gate, up per panel
+    _panels_into(data[:, 0], gate.detach())
+    _panels_into(data[:, 1], up.detach())
+    return Gated(Panels(data.flatten(0, 1), out, inner, lib), out)
 
 
 def gated(x: torch.Tensor, packed: Gated) -> torch.Tensor:
@@ -130,7 +188,7 @@ def gated(x: torch.Tensor, packed: Gated) -> torch.Tensor:
         y = _packed_matmul(x, packed.data, None)
         return torch.nn.functional.silu(y[..., : packed.out_features]).mul_(
             y[..., packed.out_features:])
-    return _panel_product(x, packed.data, "panel_swiglu")
+    return _panel_product(x, packed.data, gated=True)
 
 
 def matmul(x: torch.Tensor, packed: Panels | torch.Tensor) -> torch.Tensor:
@@ -142,117 +200,206 @@ def matmul(x: torch.Tensor, packed: Panels | torch.Tensor) -> torch.Tensor:
 
 def _packed_matmul(x: torch.Tensor, packed: Panels | torch.Tensor, bias) -> torch.Tensor:
     if isinstance(packed, Panels):
-        y = _panel_product(x, packed, "panel_linear")
+        y = _panel_product(x, packed)
         return y if bias is None else y + bias
     y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), packed, bias,
                                            "none", [], "")
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
-def _panel_product(x: torch.Tensor, packed: Panels, function: str) -> torch.Tensor:
-    """x [..., in] through the panel kernel's `function` (panel_linear, or panel_swiglu
-    on interleaved gate/up panels, which gives one output panel per pair)."""
+def _panel_product(x: torch.Tensor, packed: Panels, gated: bool = False) -> torch.Tensor:
+    """x [..., in] float32 through the panel kernel: the product, or on interleaved
+    gate/up panels SwiGLU's (one output panel per pair)."""
     rows = x.reshape(-1, x.shape[-1])
     if rows.dtype != torch.float32 or rows.device.type != "cpu":
         raise TypeError(f"panel weights take float32 CPU inputs, got {rows.dtype} on "
                         f"{rows.device}")
     rows = rows.contiguous()
     panels, width = packed.data.shape[0], packed.data.shape[2]  # width: lib.panel_width()
-    outs = panels // 2 if function == "panel_swiglu" else panels
+    outs = panels // 2 if gated else panels
     y = torch.empty(rows.shape[0], outs * width, dtype=torch.float32)
-    getattr(packed.lib, function)(rows.data_ptr(), rows.shape[0], rows.shape[1],
-                           packed.data.data_ptr(), panels, y.data_ptr(), torch.get_num_threads())
+    function = ("panel_swiglu" if gated else "panel_linear") + \
+        ("_bf16" if packed.data.dtype == torch.bfloat16 else "")
+    failed = getattr(packed.lib, function)(rows.data_ptr(), rows.shape[0], rows.shape[1],
+                                           packed.data.data_ptr(), panels, y.data_ptr(),
+                                           torch.get_num_threads())
+    if failed:
+        raise MemoryError(f"{function}: no memory for the rounded copy of {rows.shape[0]} "
+                          "input rows")
     if packed.out_features != y.shape[1]:
         y = y[:, : packed.out_features]
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
-def _packable(model) -> list[torch.nn.Linear]:
-    return [m for m in model.modules() if type(m) is torch.nn.Linear
-            and m.weight.device.type == "cpu" and m.weight.dtype in (torch.float32, torch.bfloat16)]
+class PackedLinear(torch.nn.Module):
+    """An `nn.Linear` whose weight lives only in its packed form."""
+
+    def __init__(self, packed: Panels | torch.Tensor, bias: torch.Tensor | None,
+                 in_features: int, out_features: int):
+        super().__init__()
+        self.packed = packed
+        self.bias = None if bias is None else torch.nn.Parameter(bias.detach(),
+                                                                 requires_grad=False)
+        self.in_features, self.out_features = in_features, out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _packed_matmul(x, self.packed, self.bias)
 
 
-def why_not(model, budget_bytes: int) -> str | None:
+def packed_bytes(packed) -> int:
+    """Memory a packed weight takes (Panels, Gated or a oneDNN tensor)."""
+    if isinstance(packed, Gated):
+        return packed_bytes(packed.data)
+    if isinstance(packed, Panels):
+        return packed.nbytes
+    return packed.numel() * packed.element_size()
+
+
+def is_packed(model) -> bool:
+    """`model`'s linears were replaced by packed copies (it is an engine's now)."""
+    return getattr(model, PACKED_ATTRIBUTE, None) is not None
+
+
+def _packable(model) -> list[tuple[str, torch.nn.Linear]]:
+    return [(name, m) for name, m in model.named_modules() if type(m) is torch.nn.Linear
+            and m.weight.device.type in ("cpu", "meta")
+            and m.weight.dtype in (torch.float32, torch.bfloat16)]
+
+
+def memory_needed(model) -> int:
+    """Bytes packing `model`'s linears needs beyond its own weights, from their shapes
+    alone (a model on the meta device will do): the panels that stay beside a weight the
+    model keeps (an output layer tied to the embedding) and the largest panels being
+    made while the weight they replace is still there (the gate/up pair of a layer, the
+    output layer), padding included."""
+    lib = _panel_kernel()
+    width = int(lib.panel_width()) if lib is not None else WIDEST_PANEL
+
+    def size(weight: torch.Tensor, copies: int = 1) -> int:
+        out, inner = weight.shape
+        shape = panel_shape(out, inner, weight.dtype, width)
+        return copies * int(torch.Size(shape).numel()) * weight.dtype.itemsize
+
+    kept = {id(p) for name, m in model.named_modules() if type(m) is not torch.nn.Linear
+            for p in m.parameters(recurse=False)}  # weights other modules hold (tied)
+    stays, largest = 0, 0
+    for _, m in _packable(model):
+        one = size(m.weight)
+        if id(m.weight) in kept:
+            stays += one
+        largest = max(largest, one)
+    for layer in model.modules():
+        if type(layer).__name__.endswith("DecoderLayer") and fused_layer.fusable(layer):
+            largest = max(largest, size(layer.mlp.gate_proj.weight, copies=2))
+    return stays + largest
+
+
+def why_not(model, free_bytes: int) -> str | None:
     """Why `PackedLinears.install` leaves `model`'s linears as they are, before it tries
-    the kernel (None: it will try); the run's log and manifest say it."""
+    the kernel (None: it will try), given `free_bytes` of free memory; the run's log and
+    manifest say it. Decided from the linears' shapes and dtypes alone."""
     linears = _packable(model)
     if not linears:
         return "no float32 or bfloat16 linear layers on the CPU"
-    size = sum(m.weight.numel() * m.weight.element_size() for m in linears)
-    if size > budget_bytes:
-        return (f"their packed copies would take {size / 2**30:.1f} GiB, over the "
-                f"{budget_bytes / 2**30:.1f} GiB allowed (a quarter of the free memory)")
-    missing = sorted({str(m.weight.dtype) for m in linears if not available(m.weight.dtype)})
+    needed, budget = memory_needed(model), int(free_bytes * MEMORY_SHARE)
+    if needed > budget:
+        return (f"packing needs {needed / 2**30:.1f} GiB beside the weights, over the "
+                f"{budget / 2**30:.1f} GiB allowed (a quarter of the free memory)")
+    missing = sorted({str(m.weight.dtype) for _, m in linears if not available(m.weight.dtype)})
     if missing:
         return f"no packing kernel for {', '.join(missing)} on this CPU"
     return None
 
 
+def _replace(model, name: str, module: torch.nn.Module | None) -> None:
+    parent, _, attr = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, attr, module)
+
+
 class PackedLinears:
-    """The model's CPU linear layers, each also holding a packed copy of its weight."""
+    """The model's CPU linear layers, replaced by their packed copies."""
 
     def __init__(self) -> None:
-        self.on = False
         self.layers = 0
         self.nbytes = 0  # memory the packed copies take
         self.kernel = ""  # "panel" (panel_linear.c) or "onednn-packed"
+        self.dtype = torch.float32  # the weights' dtype
+        # What the model computes in between the products: float32 around bfloat16
+        # panels, else the model's own dtype.
+        self.activations = torch.float32
         self.fused = 0  # decoder layers running fused projections (fused_layer)
         self.unfused: dict[str, int] = {}  # why the other decoder layers do not, counted
 
     @classmethod
-    def install(cls, model, budget_bytes: int) -> PackedLinears | None:
-        """Pack every plain float32/bfloat16 `nn.Linear` of `model` on the CPU; None (and
-        nothing changed) where no kernel takes their dtype, its result disagrees with the
-        stock layer, or the copies would take more than `budget_bytes`."""
-        if why_not(model, budget_bytes) is not None:
+    def install(cls, model, free_bytes: int) -> PackedLinears | None:
+        """Replace every plain float32/bfloat16 `nn.Linear` of `model` on the CPU by its
+        packed copy, layer by layer (each weight freed as its copy is made); None, and
+        nothing changed, where `why_not` says so or the packed product disagrees with the
+        stock layer on a probe. On bfloat16 panels the rest of the model is widened to
+        float32 (`_float32_around`)."""
+        done = getattr(model, PACKED_ATTRIBUTE, None)
+        if done is not None:  # another engine on the same model packed it already
+            return done
+        if why_not(model, free_bytes) is not None:
             return None
         linears = _packable(model)
-        size = sum(m.weight.numel() * m.weight.element_size() for m in linears)
+        first = linears[0][1]
         self = cls()
+        self.dtype = first.weight.dtype
+        self.kernel = kernel_for(self.dtype)
         with torch.inference_mode():
+            probe = torch.randn(8, first.in_features,
+                                generator=torch.Generator().manual_seed(0))
             try:
-                first = linears[0]
-                probe = torch.randn(8, first.in_features, generator=torch.Generator().manual_seed(0)
-                                    ).to(first.weight.dtype)
-                got = _packed_matmul(probe, pack(first.weight.detach()), first.bias)
-                if not torch.allclose(got.float(), first(probe).float(), rtol=2e-2, atol=1e-3):
-                    return None  # a kernel this build gets wrong: keep the stock layers
-                # Decoder layers of the Llama and Qwen2 layouts run their q/k/v and gate/up
-                # projections as two fused products; their linears need no packed copy of
-                # their own.
-                fused: set[int] = set()
-                for layer in model.modules():
-                    if not type(layer).__name__.endswith("DecoderLayer"):
-                        continue
-                    why = fused_layer.why_not(layer)
-                    if why is not None:
-                        self.unfused[why] = self.unfused.get(why, 0) + 1
-                        continue
-                    self.fused += 1
-                    fused |= {id(m) for m in fused_layer.fuse(layer, pack, matmul, pack_gated,
-                                                              gated, self._packed_for)}
-                packs = [(m, pack(m.weight.detach())) for m in linears if id(m) not in fused]
+                packed = pack(first.weight)
+                inputs = probe if isinstance(packed, Panels) else probe.to(self.dtype)
+                got = _packed_matmul(inputs, packed, first.bias)
             except RuntimeError:
                 return None
-        for m, packed in packs:
-            m.forward = functools.partial(self._forward, m.forward, packed, m.bias)
-        self.layers, self.nbytes = len(linears), size
-        self.kernel = kernel_for(first.weight.dtype)
+            want = torch.nn.functional.linear(probe.to(self.dtype), first.weight, first.bias)
+            if not torch.allclose(got.float(), want.float(), rtol=2e-2, atol=1e-2):
+                return None  # a kernel this build gets wrong: keep the stock layers
+            del packed, got
+            self.layers = len(linears)
+            del linears, first
+            # Decoder layers of the Llama and Qwen2 layouts run their q/k/v and gate/up
+            # projections as two fused products and drop those five linears.
+            for layer in model.modules():
+                if not type(layer).__name__.endswith("DecoderLayer"):
+                    continue
+                why = fused_layer.why_not(layer)
+                if why is not None:
+                    self.unfused[why] = self.unfused.get(why, 0) + 1
+                    continue
+                self.fused += 1
+                self.nbytes += fused_layer.fuse(layer, pack, matmul, pack_gated, gated,
+                                                packed_bytes)
+            for name, m in _packable(model):
+                packed = pack(m.weight)
+                self.nbytes += packed_bytes(packed)
+                _replace(model, name, PackedLinear(packed, m.bias, m.in_features,
+                                                   m.out_features))
+                m.weight = None  # freed here unless another module holds it (tied)
+            if self.kernel == "panel" and self.dtype == torch.bfloat16:
+                _float32_around(model)
+            else:
+                self.activations = self.dtype
+        setattr(model, PACKED_ATTRIBUTE, self)
         return self
 
-    def _packed_for(self, x: torch.Tensor) -> bool:
-        """Whether `x` takes the packed weights: inside `active()`, with enough rows."""
-        return self.on and x.numel() >= MIN_ROWS[self.kernel] * x.shape[-1]
 
-    def _forward(self, stock, packed: torch.Tensor, bias, x: torch.Tensor) -> torch.Tensor:
-        if not self._packed_for(x):
-            return stock(x)
-        return _packed_matmul(x, packed, bias)
-
-    @contextmanager
-    def active(self) -> Iterator[None]:
-        self.on = True
-        try:
-            yield
-        finally:
-            self.on = False
+def _float32_around(model) -> None:
+    """Around bfloat16 panels the model computes in float32: its remaining floating
+    parameters and buffers (norms, biases, the rotary frequencies) are widened, exactly,
+    and the embedding, kept in bfloat16 (the largest tensor left: 0.47 GB of the 1.5B's),
+    hands its rows on as float32."""
+    embedding = model.get_input_embeddings()
+    for module in model.modules():
+        if module is embedding:
+            continue
+        for _, tensor in [*module.named_parameters(recurse=False),
+                          *module.named_buffers(recurse=False)]:
+            if tensor is not None and tensor.dtype == torch.bfloat16:
+                tensor.data = tensor.data.float()
+    if embedding is not None:
+        embedding.register_forward_hook(lambda module, args, out: out.float())

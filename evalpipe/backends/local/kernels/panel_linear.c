@@ -1,7 +1,7 @@
 /* A linear layer's product y = x W^T on a weight packed once into panels of PANEL
- * outputs, [panels, in, PANEL]: for each input k a panel's weights are PV consecutive
- * vectors, so a register tile of up to MR rows x PANEL outputs takes one broadcast of
- * x[m, k] and PV vector multiply-adds per row, with no sums across lanes.
+ * outputs: for each input k a panel's weights are PV consecutive vectors, so a register
+ * tile of up to MR rows x PANEL outputs takes one broadcast of x[m, k] and PV vector
+ * multiply-adds per row, with no sums across lanes.
  *
  * The tile fills the vector registers: with AVX-512 (32 registers of 16 floats) 6 rows
  * x 64 outputs, 24 accumulators; with AVX2 (16 of 8) 6 rows x 16 outputs, 12
@@ -12,9 +12,25 @@
  * loops about 19 (the layers of SmolLM2-135M: 27.5 against 22.0 ms at 16 rows, 20.2
  * against 12.9 at 4, AVX-512); at prefill sizes (thousands of rows) the two are level.
  *
- * Layouts (float32): w [n, k] as packed by packed_linear.pack, [ceil(n / PANEL), k,
- * PANEL] with zeros past n; x [m, k] and y [m, panels * PANEL] contiguous.
- * Built at first use by native.py with the machine's own compiler. */
+ * Two weight types, one tile shape:
+ * - float32: w [n, k] as [ceil(n / PANEL), k, PANEL], zeros past n.
+ * - bfloat16: half the bytes to read, for the same outputs. The inputs k come in pairs,
+ *   [ceil(n / PANEL), kp / 2, PANEL, 2] (kp: k rounded up to even, zeros past), so one
+ *   32-bit lane holds the weights of one output for inputs 2i and 2i + 1. x is rounded
+ *   to bfloat16 first (to nearest even, as torch rounds), so every product of an input
+ *   and a weight is exact in float32 and only the float32 sums round. Where the CPU has
+ *   AVX512_BF16 the pairs go through its dot-product instruction (vdpbf16ps: 32
+ *   multiply-adds per instruction, twice float32's); elsewhere each pair is widened to
+ *   two float32 vectors by a shift and a mask, and multiplied as float32. Either way the
+ *   arithmetic is the same: float32 sums of exact products, in orders that differ only
+ *   by how the pair's two products are added (odd input first, as Intel documents the
+ *   instruction) and by the instruction's flushing of denormal inputs to zero.
+ *
+ * x [m, k] and y [m, panels * PANEL] contiguous, float32. Built at first use by
+ * native.py with the machine's own compiler. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "simd.h"
 
 #if LANES == 16
@@ -25,8 +41,19 @@
 #define PANEL (PV * LANES) /* outputs per panel */
 #define MR 6               /* rows per register tile */
 
+#if LANES == 16 && defined(__AVX512BF16__)
+#include <immintrin.h>
+#define DOT_BF16 1
+#else
+#define DOT_BF16 0
+#endif
+
 /* The panel width this build packs for (packed_linear.pack asks). */
 int panel_width(void) { return PANEL; }
+
+/* 1 where bfloat16 pairs go through the CPU's dot-product instruction, 0 where they are
+ * widened to float32 (the run's manifest records which). */
+int bf16_dot(void) { return DOT_BF16; }
 
 /* x silu(x) = x / (1 + e^-x), as x / (1 + e) or x e / (1 + e) with e = e^-|x| <= 1, so
  * the exponential never overflows. */
@@ -36,11 +63,24 @@ static inline vec silu(vec x) {
     return vselect(negative, x * e, x) / (1.0f + e);
 }
 
-/* A tile of R rows: y = x w^T, or with `gate` (a tile of the gate product, rows PANEL
- * apart) y = silu(gate) * x w^T. */
-static inline __attribute__((always_inline)) void tile(const float *x, int64_t k,
-                                                       const float *wp, float *y, int64_t ys,
-                                                       const int R, const float *gate) {
+/* The tile's stores: y = acc, or with `gate` (a tile of the gate product, rows PANEL
+ * apart) y = silu(gate) * acc. */
+static inline __attribute__((always_inline)) void store_tile(vec acc[MR][PV], float *y,
+                                                             int64_t ys, const int R,
+                                                             const float *gate) {
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < PV; c++) {
+            vec v = acc[r][c];
+            if (gate) v *= silu(load(gate + r * PANEL + c * LANES));
+            store(y + r * ys + c * LANES, v);
+        }
+}
+
+/* A tile of R rows on float32 panels. */
+static inline __attribute__((always_inline)) void tile_f32(const float *x, int64_t k,
+                                                           const float *wp, float *y,
+                                                           int64_t ys, const int R,
+                                                           const float *gate) {
     vec acc[MR][PV] = {{{0}}};
     for (int64_t i = 0; i < k; i++) {
         vec w[PV];
@@ -53,26 +93,81 @@ static inline __attribute__((always_inline)) void tile(const float *x, int64_t k
             for (int c = 0; c < PV; c++) acc[r][c] += a * w[c];
         }
     }
-    for (int r = 0; r < R; r++)
+    store_tile(acc, y, ys, R, gate);
+}
+
+static inline float high_half(uint32_t bits) { /* a bfloat16 in a word's upper half */
+    float f;
+    bits &= 0xffff0000u;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* A tile of R rows on bfloat16 panels: x holds R rows of kh pairs of bfloat16 inputs
+ * (one 32-bit word each, rows kh words apart), a panel kh words of PANEL outputs. */
+static inline __attribute__((always_inline)) void tile_bf16(const uint32_t *x, int64_t kh,
+                                                            const uint32_t *wp, float *y,
+                                                            int64_t ys, const int R,
+                                                            const float *gate) {
+    vec acc[MR][PV] = {{{0}}};
+    for (int64_t i = 0; i < kh; i++) {
+#if DOT_BF16
+        __m512i w[PV];
         for (int c = 0; c < PV; c++) {
-            vec v = acc[r][c];
-            if (gate) v *= silu(load(gate + r * PANEL + c * LANES));
-            store(y + r * ys + c * LANES, v);
+            w[c] = _mm512_loadu_si512(wp + i * PANEL + c * LANES);
+            in_register(w[c]);
         }
+        for (int r = 0; r < R; r++) {
+            __m512i a = _mm512_set1_epi32((int)x[r * kh + i]);
+            for (int c = 0; c < PV; c++)
+                acc[r][c] = (vec)_mm512_dpbf16_ps((__m512)acc[r][c], (__m512bh)a, (__m512bh)w[c]);
+        }
+#else
+        vec even[PV], odd[PV];
+        for (int c = 0; c < PV; c++) {
+            ivec v;
+            memcpy(&v, wp + i * PANEL + c * LANES, sizeof v);
+            even[c] = (vec)(v << 16);
+            odd[c] = (vec)(v & (int32_t)0xffff0000);
+            in_register(even[c]);
+            in_register(odd[c]);
+        }
+        for (int r = 0; r < R; r++) {
+            uint32_t pair = x[r * kh + i];
+            float lo = high_half(pair << 16), hi = high_half(pair);
+            for (int c = 0; c < PV; c++) {
+                acc[r][c] += hi * odd[c];
+                acc[r][c] += lo * even[c];
+            }
+        }
+#endif
+    }
+    store_tile(acc, y, ys, R, gate);
 }
 
 /* One task's tile at a row count known to the compiler (its loops unrolled). */
-static void tile_rows(const float *x, int64_t k, const float *wp, float *y, int64_t ys,
-                      int64_t rows, const float *gate) {
-    switch (rows) {
-    case 1: tile(x, k, wp, y, ys, 1, gate); break;
-    case 2: tile(x, k, wp, y, ys, 2, gate); break;
-    case 3: tile(x, k, wp, y, ys, 3, gate); break;
-    case 4: tile(x, k, wp, y, ys, 4, gate); break;
-    case 5: tile(x, k, wp, y, ys, 5, gate); break;
-    default: tile(x, k, wp, y, ys, MR, gate); break;
+#define TILE_ROWS(tile, x, k, wp, y, ys, rows, gate)                                         \
+    switch (rows) {                                                                        \
+    case 1: tile(x, k, wp, y, ys, 1, gate); break;                                         \
+    case 2: tile(x, k, wp, y, ys, 2, gate); break;                                         \
+    case 3: tile(x, k, wp, y, ys, 3, gate); break;                                         \
+    case 4: tile(x, k, wp, y, ys, 4, gate); break;                                         \
+    case 5: tile(x, k, wp, y, ys, 5, gate); break;                                         \
+    default: tile(x, k, wp, y, ys, MR, gate); break;                                       \
     }
+
+static void rows_f32(const void *x, int64_t k, const void *wp, float *y, int64_t ys,
+                     int64_t rows, const float *gate) {
+    TILE_ROWS(tile_f32, (const float *)x, k, (const float *)wp, y, ys, rows, gate)
 }
+
+static void rows_bf16(const void *x, int64_t kh, const void *wp, float *y, int64_t ys,
+                      int64_t rows, const float *gate) {
+    TILE_ROWS(tile_bf16, (const uint32_t *)x, kh, (const uint32_t *)wp, y, ys, rows, gate)
+}
+
+typedef void (*rows_fn)(const void *, int64_t, const void *, float *, int64_t, int64_t,
+                        const float *);
 
 /* Tasks are (panel, tile of MR rows), panel-major, split statically over `threads`
  * OpenMP threads (torch's own runtime: the library is loaded after torch), so a thread
@@ -82,27 +177,31 @@ static void tile_rows(const float *x, int64_t k, const float *wp, float *y, int6
  * the L3 cache, and the products ran at 142-155 GFLOP/s against 185-195 in chunks
  * (AVX2, SmolLM2's shapes). A decode step's rows stay one pass, so the weights, read
  * cold from memory, are read once. Each output is the same sum in the same order
- * whatever the chunking. */
+ * whatever the chunking and whatever the number of rows. */
 #define WHOLE_BYTES (2 << 20)
 #define CHUNK_BYTES (48 << 10)
 
 /* y = x w^T over `panels` panels, or with `gated` over pairs of panels (gate, up) of
  * the same outputs: y = silu(x gate^T) * (x up^T), SwiGLU's product in one pass, which
- * writes half the outputs and needs no separate passes for the activation. */
-static void products(const float *x, int64_t m, int64_t k, const float *wp, int64_t panels,
-                     float *y, int threads, int gated) {
+ * writes half the outputs and needs no separate passes for the activation. x: rows of
+ * `k` units (floats, or pairs of bfloat16 for rows_bf16) `unit` bytes each; a panel:
+ * k * PANEL units. */
+static void products(rows_fn rows_of, const void *x, int64_t m, int64_t k, size_t unit,
+                     const void *wp, int64_t panels, float *y, int threads, int gated) {
     const int64_t outs = gated ? panels / 2 : panels; /* output panels */
     const int64_t blocks = (m + MR - 1) / MR, ys = outs * PANEL;
     if (blocks == 0 || outs == 0) return;
     if (threads < 1) threads = 1;
     int64_t per_chunk = blocks; /* tiles per chunk */
-    if (4 * m * k > WHOLE_BYTES) {
-        per_chunk = CHUNK_BYTES / (4 * k) / MR;
+    if ((int64_t)unit * m * k > WHOLE_BYTES) {
+        per_chunk = CHUNK_BYTES / ((int64_t)unit * k) / MR;
         if (per_chunk < 1) per_chunk = 1;
     }
     const int64_t chunks = (blocks + per_chunk - 1) / per_chunk;
     per_chunk = (blocks + chunks - 1) / chunks; /* chunks of even size */
     const int64_t tasks = chunks * outs * per_chunk;
+    const char *xb = x, *wb = wp;
+    const int64_t panel_bytes = k * PANEL * (int64_t)unit;
     if (threads > tasks) threads = (int)(tasks > 0 ? tasks : 1);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t t = 0; t < tasks; t++) {
@@ -110,26 +209,72 @@ static void products(const float *x, int64_t m, int64_t k, const float *wp, int6
         const int64_t r0 = (chunk * per_chunk + t % per_chunk) * MR;
         if (r0 >= m) continue; /* the last chunk's missing tiles */
         const int64_t rows = m - r0 < MR ? m - r0 : MR;
-        const float *xr = x + r0 * k;
+        const void *xr = xb + r0 * k * (int64_t)unit;
         float *yr = y + r0 * ys + p * PANEL;
         if (gated) {
             float gate[MR * PANEL];
-            tile_rows(xr, k, wp + 2 * p * k * PANEL, gate, PANEL, rows, 0);
-            tile_rows(xr, k, wp + (2 * p + 1) * k * PANEL, yr, ys, rows, gate);
+            rows_of(xr, k, wb + 2 * p * panel_bytes, gate, PANEL, rows, 0);
+            rows_of(xr, k, wb + (2 * p + 1) * panel_bytes, yr, ys, rows, gate);
         } else {
-            tile_rows(xr, k, wp + p * k * PANEL, yr, ys, rows, 0);
+            rows_of(xr, k, wb + p * panel_bytes, yr, ys, rows, 0);
         }
     }
 }
 
 void panel_linear(const float *x, int64_t m, int64_t k, const float *wp, int64_t panels,
                   float *y, int threads) {
-    products(x, m, k, wp, panels, y, threads, 0);
+    products(rows_f32, x, m, k, sizeof(float), wp, panels, y, threads, 0);
 }
 
 /* wp: the gate's and the up projection's panels interleaved, [2 * outs / PANEL, k,
  * PANEL] (packed_linear.pack_gated); y [m, outs]. */
 void panel_swiglu(const float *x, int64_t m, int64_t k, const float *wp, int64_t panels,
                   float *y, int threads) {
-    products(x, m, k, wp, panels, y, threads, 1);
+    products(rows_f32, x, m, k, sizeof(float), wp, panels, y, threads, 1);
+}
+
+/* float32 to bfloat16, to nearest even (NaN: the quiet NaN 0x7fc0), as torch rounds. */
+static inline uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* x [m, k] float32 rounded to bfloat16 pairs, [m, kp / 2] words (a zero past an odd k):
+ * NULL where the memory is not to be had. */
+static uint32_t *pairs_of(const float *x, int64_t m, int64_t k, int threads) {
+    const int64_t kh = (k + 1) / 2;
+    uint16_t *out = malloc((size_t)(m * kh * 2) * sizeof(uint16_t));
+    if (!out) return NULL;
+    if (threads > m) threads = (int)(m > 0 ? m : 1);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < m; r++) {
+        uint16_t *o = out + r * kh * 2;
+        const float *xr = x + r * k;
+        for (int64_t i = 0; i < k; i++) o[i] = to_bf16(xr[i]);
+        if (k & 1) o[k] = 0;
+    }
+    return (uint32_t *)out;
+}
+
+/* y = x w^T on bfloat16 panels [panels, kp / 2, PANEL, 2]; 0, or 1 where the scratch
+ * memory for x's rounded copy (m * kp * 2 bytes) was not to be had. */
+int panel_linear_bf16(const float *x, int64_t m, int64_t k, const uint16_t *wp,
+                      int64_t panels, float *y, int threads) {
+    uint32_t *pairs = pairs_of(x, m, k, threads < 1 ? 1 : threads);
+    if (!pairs) return 1;
+    products(rows_bf16, pairs, m, (k + 1) / 2, sizeof(uint32_t), wp, panels, y, threads, 0);
+    free(pairs);
+    return 0;
+}
+
+/* SwiGLU's product on interleaved gate and up panels of bfloat16 (as panel_swiglu). */
+int panel_swiglu_bf16(const float *x, int64_t m, int64_t k, const uint16_t *wp,
+                      int64_t panels, float *y, int threads) {
+    uint32_t *pairs = pairs_of(x, m, k, threads < 1 ? 1 : threads);
+    if (!pairs) return 1;
+    products(rows_bf16, pairs, m, (k + 1) / 2, sizeof(uint32_t), wp, panels, y, threads, 1);
+    free(pairs);
+    return 0;
 }
