@@ -56,24 +56,36 @@ def test_the_packed_copy_replaces_the_weights():
         assert torch.allclose(model(ids).logits, plain(ids).logits, rtol=1e-4, atol=1e-5)
 
 
+def panel_calls(monkeypatch) -> list[tuple[int, str]]:
+    """Every call of the panel kernel, as (output width, what it stored: "y", "gated" or
+    "added" into the residual stream, "+norm" where it normed the rows after)."""
+    calls = []
+    real = packed_linear._call_panels
+
+    def spy(rows, packed, y, gated=False, bias=None, add=False, norm=None):
+        kind = "gated" if gated else "added" if add else "y"
+        calls.append((y.shape[1], kind + ("+norm" if norm is not None else "")))
+        return real(rows, packed, y, gated=gated, bias=bias, add=add, norm=norm)
+
+    monkeypatch.setattr(packed_linear, "_call_panels", spy)
+    return calls
+
+
 def test_llama_layers_run_fused_projections(monkeypatch):
     model = helpers.tiny_llama()
     plain = helpers.tiny_llama()
-    widths = []  # output width of every packed product
-    for name in ("_packed_matmul", "gated"):
-        real = getattr(packed_linear, name)
-        monkeypatch.setattr(packed_linear, name,
-                            lambda *a, _f=real: widths.append(_f(*a).shape[-1]) or _f(*a))
     assert all(fused_layer.fusable(layer) for layer in model.model.layers)
     packed = PackedLinears.install(model, FREE)
     assert packed.fused == 2
-    widths.clear()  # the install's own probe
+    calls = panel_calls(monkeypatch)
     ids = torch.tensor([[5, 9, 17, 3, 40, 41], [6, 2, 88, 31, 7, 12]])
     with torch.inference_mode():
         assert torch.allclose(model(ids).logits, plain(ids).logits, rtol=1e-4, atol=1e-5)
-    # Per layer q|k|v (64 + 32 + 32) as one product, o, silu(gate) * up (128) as one
-    # gated product, down; the head last.
-    assert widths == [128, 64, 128, 64] * 2 + [96]
+    # Per layer q|k|v (64 + 32 + 32) as one product; o added into the residual stream and
+    # the post-attention norm taken in the same call; silu(gate) * up (128) as one gated
+    # product; down added into the residual stream; the head last.
+    assert calls == [(128, "y"), (64, "added+norm"), (128, "gated"), (64, "added")] * 2 + \
+        [(96, "y")]
 
 
 def test_layers_of_another_layout_keep_their_own_projections():
@@ -374,3 +386,56 @@ def test_without_a_compiler_weights_take_onednn(monkeypatch):
         assert model.model.norm.weight.dtype == torch.bfloat16
     else:  # an AVX2-only CPU: oneDNN refuses bfloat16, the stock layers stay
         assert packed_model is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows, inner, out", [(1, 64, 128), (7, 37, 96), (700, 1536, 200)])
+def test_a_product_added_into_the_residual_stream_then_normed(rows, inner, out, dtype,
+                                                              vector_width):
+    """o and down add their products into the residual stream as they store them (with
+    a bias where the layer has one) and the next norm is taken in the same call: the
+    stream equals torch's h + (x W^T + b) bit for bit on float32 panels (the sum of the
+    product rounds once, then the bias, then the addition, as torch's passes round), and
+    the normed rows equal the model's RMS norm within float32's rounding of a mean."""
+    torch.manual_seed(rows + out)
+    weight, bias = torch.randn(out, inner).to(dtype), torch.randn(out)
+    x, h = torch.randn(rows, inner), torch.randn(rows, out)
+    norm = torch.randn(out).abs() + 0.5
+    packed = packed_linear.pack(weight)
+    stream = h.clone()
+    normed = packed_linear.add_product(stream, x, packed, bias, norm=(norm, 1e-6))
+    want = h + packed_linear.product(x, packed, bias)  # the product alone, then torch's add
+    assert torch.equal(stream, want)
+    model_norm = want * torch.rsqrt(want.pow(2).mean(-1, keepdim=True) + 1e-6) * norm
+    # The mean of squares sums in another order: each output within a few float32 ulps.
+    assert torch.allclose(normed, model_norm, rtol=8 * U32 * 16, atol=0)
+    assert packed_linear.add_product(stream, x, packed) is None  # no norm asked for
+
+
+@pytest.mark.parametrize("rows, width", [(1, 576), (5, 1000), (64, 37)])
+def test_rms_norm_is_the_models(rows, width, vector_width):
+    torch.manual_seed(width)
+    x, weight = torch.randn(rows, width) * 3, torch.randn(width)
+    got = packed_linear.rms_norm(x, weight, 1e-5)
+    want = torch.nn.functional.rms_norm(x, (width,), weight, 1e-5)
+    # mean(x^2) over `width` terms in another order: within width u32 relative (the
+    # recursive summation bound), which the reciprocal square root halves.
+    assert torch.allclose(got, want, rtol=width * U32, atol=1e-30)
+
+
+def test_greedy_choice_is_torchs_argmax(vector_width):
+    """The first of equal largest values, a NaN counting as the largest, -inf rows, rows
+    shorter than a vector and the tail past the last whole vector."""
+    torch.manual_seed(0)
+    logits = torch.randn(9, 151_937)
+    logits[1, 70_000] = logits[1, 140_000] = logits[1].max() + 1  # a tie: the first
+    logits[2, 151_936] = 1e9  # in the tail
+    logits[3, 5] = float("nan")
+    logits[3, 90_000] = float("nan")
+    logits[4] = float("-inf")
+    logits[5, :] = 0.0
+    logits[6, 17] = float("inf")
+    logits[7, 0] = 1e9  # the very first
+    assert torch.equal(packed_linear.argmax(logits), logits.argmax(dim=-1))
+    short = torch.tensor([[0.5, 2.0, 2.0], [float("nan"), 1.0, 3.0]])
+    assert torch.equal(packed_linear.argmax(short), short.argmax(dim=-1))

@@ -13,6 +13,7 @@ import helpers
 import pytest
 import torch
 from helpers import greedy_reference as reference
+from test_packed_linear import panel_calls
 from test_turn_reuse import converse
 
 from evalpipe.backends.local import fused_layer, packed_linear
@@ -46,19 +47,15 @@ def test_qwen2_layers_are_fused_with_their_biases(qwen2, monkeypatch):
     assert all(fused_layer.why_not(layer) is None for layer in qwen2.model.layers)
     assert qwen2.model.layers[0].self_attn.q_proj.bias is not None
     model = helpers.tiny_qwen2(tied=qwen2.config.tie_word_embeddings)
-    widths = []
-    for name in ("_packed_matmul", "gated"):
-        real = getattr(packed_linear, name)
-        monkeypatch.setattr(packed_linear, name,
-                            lambda *a, _f=real: widths.append(_f(*a).shape[-1]) or _f(*a))
     packed = packed_linear.PackedLinears.install(model, 1 << 34)
     assert packed is not None and packed.fused == 2 and packed.unfused == {}
-    widths.clear()
+    calls = panel_calls(monkeypatch)
     ids = torch.tensor([[5, 9, 17, 3, 40, 41], [6, 2, 88, 31, 7, 12]])
     with torch.inference_mode():
         assert torch.allclose(model(ids).logits, qwen2(ids).logits, rtol=1e-4, atol=1e-4)
     # Per layer q|k|v (448 + 64 + 64) as one product, o, silu(gate) * up, down; the head.
-    assert widths == [576, 448, 256, 448] * 2 + [96]
+    assert calls == [(576, "y"), (448, "added+norm"), (256, "gated"), (448, "added")] * 2 + \
+        [(96, "y")]
 
 
 def test_a_qwen2_layer_without_biases_on_some_projections_is_not_fused():

@@ -228,6 +228,26 @@ def test_size_plot_needs_two_model_sizes(data, monkeypatch):
     assert accuracy_vs_size(two) == b"png"
     labels = [t.get_text() for t in drawn[0].axes[0].get_xticklabels()]
     assert labels == ["135M", "1.7B"]
+    # Each size says the dtype its model ran in (a bfloat16 1.7B beside a float32 135M).
+    typed = {**two, "cells": [{**c, "dtype": "float32" if i == 0 else "bfloat16"}
+                              for i, c in enumerate(two["cells"])]}
+    assert accuracy_vs_size(typed) == b"png"
+    labels = [t.get_text() for t in drawn[1].axes[0].get_xticklabels()]
+    assert labels == ["135M\nfloat32", "1.7B\nbfloat16"]
+
+
+def test_the_models_table_says_each_models_dtype_path_and_size(run_dir):
+    """The manifest's facts of each model (backend.describe(): dtype, the engine's path,
+    its resident size) head the Markdown report, so a size comparison says what ran."""
+    run = load_run(run_dir)
+    run.manifest["cells"][BASE]["model"] = {
+        "model_id": MODEL, "parameters": 1_777_088_000, "dtype": "bfloat16",
+        "activations": "float32", "engine": {"path": "batching loop", "linear": "panel",
+                                             "resident_bytes": 3_817_537_536}}
+    md = render_markdown(build_report(run))
+    assert "| model | parameters | dtype | path | resident |" in md
+    assert f"| {MODEL} | 1.78B | bfloat16 (computing in float32) | batching loop, linears " \
+           "panel | 3.56 GiB |" in md
 
 
 def test_cost_axis_says_under_load_and_log_ticks_are_readable(data, monkeypatch):

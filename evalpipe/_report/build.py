@@ -12,6 +12,7 @@ from evalpipe._report.load import (
     RunData,
     baseline_cells,
     cell_facets,
+    model_engine,
     model_parameters,
     run_facts,
 )
@@ -80,7 +81,8 @@ def build_report(run: RunData) -> dict[str, Any]:
     for c in cells:
         params, source = model_parameters(run, c)
         cell_rows.append({"cell_id": c, **cell_facets(run, c), "parameters": params,
-                          "parameters_source": source, "baseline": bases.get(c),
+                          "parameters_source": source, **model_engine(run, c),
+                          "baseline": bases.get(c),
                           "fingerprint": run.cell_info(c).get("fingerprint")})
 
     # model, format, toolset and retrieval beside each row's cell id, so tables and

@@ -160,6 +160,20 @@ def baseline_cells(run: RunData) -> dict[str, str | None]:
 _SIZE = re.compile(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)\s*([mb])(?![a-z])", re.IGNORECASE)
 
 
+def model_engine(run: RunData, cell_id: str) -> dict[str, Any]:
+    """How a cell's model ran, from the manifest (backend.describe()): its weights' dtype
+    (settings' dtype where the model entry gave one), the path it took and its resident
+    size; None where a run does not say (a server, an older run)."""
+    info = run.cell_info(cell_id)
+    model = info.get("model") if isinstance(info.get("model"), dict) else {}
+    engine = model.get("engine") if isinstance(model.get("engine"), dict) else {}
+    settings = info.get("settings") or {}
+    return {"dtype": model.get("dtype") or settings.get("dtype"),
+            "activations": model.get("activations"),
+            "path": engine.get("path"), "linear": engine.get("linear"),
+            "resident_bytes": engine.get("resident_bytes")}
+
+
 def model_parameters(run: RunData, cell_id: str) -> tuple[float | None, str]:
     """(parameter count, where it came from): the backend's own count recorded in the
     manifest (manifest["cells"][cell]["model"]["parameters"], from backend.describe()),

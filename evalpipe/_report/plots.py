@@ -93,9 +93,11 @@ def human(n: float) -> str:
     return f"{n:.3g}"
 
 
-def _scale_x(ax, values: list[float], ticks_at_values: bool = False) -> None:
+def _scale_x(ax, values: list[float], ticks_at_values: bool = False,
+             notes: dict[float, str] | None = None) -> None:
     """Log scale when the values span more than 10x, else linear; with ticks_at_values,
-    ticks sit at the values themselves, labelled 135M, 1.5B."""
+    ticks sit at the values themselves, labelled 135M, 1.5B (and below, `notes` of a
+    value, e.g. the dtype the model ran in)."""
     from matplotlib.ticker import (
         FixedLocator,
         FuncFormatter,
@@ -112,7 +114,8 @@ def _scale_x(ax, values: list[float], ticks_at_values: bool = False) -> None:
         ax.set_xscale("log")
         ax.set_xlim(lo / 1.6, hi * 1.6)
         ax.xaxis.set_major_locator(FixedLocator(sorted(set(values))))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human(v)))
+        ax.xaxis.set_major_formatter(FuncFormatter(
+            lambda v, _: human(v) + (f"\n{notes[v]}" if notes and notes.get(v) else "")))
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_minor_formatter(NullFormatter())
     elif hi > 10 * lo:
@@ -132,11 +135,22 @@ def _sized_cells(data: dict[str, Any]) -> list[dict[str, Any]]:
     return cells if len({c["parameters"] for c in cells}) >= 2 else []
 
 
+def dtypes_by_size(cells: list[dict[str, Any]]) -> dict[float, str]:
+    """Parameter count -> the weights dtype(s) its cells ran in ("bfloat16"; "float32,
+    bfloat16" where one size ran in both): a size comparison is only fair when it says."""
+    seen: dict[float, list[str]] = {}
+    for c in cells:
+        if c.get("dtype") and c["dtype"] not in seen.setdefault(c["parameters"], []):
+            seen[c["parameters"]].append(c["dtype"])
+    return {size: ", ".join(dtypes) for size, dtypes in seen.items() if dtypes}
+
+
 @_as_written
 def accuracy_vs_size(data: dict[str, Any]) -> bytes | None:
     """Exact match (95% interval) against parameter count, one panel per suite, one line
-    per configuration (format/toolset/retrieval); None unless at least two model sizes
-    are known (one size is no curve)."""
+    per configuration (format/toolset/retrieval), each size labelled with the dtype its
+    model ran in; None unless at least two model sizes are known (one size is no
+    curve)."""
     cells = _sized_cells(data)
     if not cells:
         return None
@@ -162,9 +176,10 @@ def accuracy_vs_size(data: dict[str, Any]) -> bytes | None:
             ys = [p[1]["rate"] for p in pts]
             errs = list(zip(*[_err(p[1]) for p in pts]))
             ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=plot_text(config))
-        _scale_x(ax, [c["parameters"] for c in cells], ticks_at_values=True)
+        _scale_x(ax, [c["parameters"] for c in cells], ticks_at_values=True,
+                 notes=dtypes_by_size(cells))
         ax.set_title(plot_text(suite))
-        ax.set_xlabel("parameters")
+        ax.set_xlabel("parameters (weights dtype)")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("exact match")

@@ -18,6 +18,7 @@ from evalpipe._report.escape import (
     md_code,
     tex,
 )
+from evalpipe._report.plots import human
 from evalpipe._report.tables import BFCL_SUITE, markdown_table, unscored_text, verdicts_text
 
 DASH = "-"
@@ -109,6 +110,28 @@ def facts_line(data: dict[str, Any]) -> list[tuple[str, str]]:
              ("started", (run.get("started") or "").replace("T", " ")),
              ("commit", commit), ("status", run.get("status") or "")]
     return [(k, v) for k, v in pairs if v]
+
+
+def models_grid(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per model: its parameters, the dtype its weights ran in, the path it took
+    and its resident size (the manifest's facts), so a size comparison says what ran."""
+    header = ["model", "parameters", "dtype", "path", "resident"]
+    rows, seen = [], set()
+    for c in data["cells"]:
+        key = (c["model"], c.get("dtype"))
+        if key in seen:
+            continue
+        seen.add(key)
+        dtype = c.get("dtype") or DASH
+        if c.get("activations") and c["activations"] != c.get("dtype"):
+            dtype += f" (computing in {c['activations']})"
+        path = c.get("path") or DASH
+        if c.get("linear"):
+            path += f", linears {c['linear']}"
+        resident = c.get("resident_bytes")
+        rows.append([c["model"], human(c["parameters"]) if c.get("parameters") else DASH, dtype,
+                     path, f"{resident / 2**30:.2f} GiB" if _num(resident) else DASH])
+    return header, rows
 
 
 def report_notes(data: dict[str, Any], inline: Inline = PLAIN) -> list[str]:
@@ -227,6 +250,9 @@ def render_markdown(data: dict[str, Any]) -> str:
     if data.get("unscored"):
         out.append(unscored_text(data["unscored"]))
     out.append(verdicts_text({"verdicts": data.get("verdicts")}))
+    header, rows = models_grid(data)
+    out.append("## Models\n")
+    out.append(markdown_table(header, rows))
     for metric, _, proportion in MAIN_METRICS:
         header, rows = accuracy_grid(data, metric, proportion)
         out.append(f"## {metric_label(metric, k)}\n")

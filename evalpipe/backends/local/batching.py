@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from evalpipe.backends.local import own_attention, packed_linear, prefix_attention
+from evalpipe.backends.local import decode_step, own_attention, packed_linear, prefix_attention
 
 GROW = 64  # spare columns added whenever a layer buffer has to grow
 MIN_PREFIX = 16  # shorter common prefixes are not worth a stored cache
@@ -389,6 +389,10 @@ class BatchGenerator:
         # bfloat16 panels (packed_linear.py), else the model's dtype.
         self.dtype = self.packed.activations if self.packed is not None \
             else next(model.parameters()).dtype
+        # Decode steps in a few kernel calls a layer where the model is fused throughout
+        # (decode_step.py), else through the model's forward.
+        self.decode_step = decode_step.DecodeStep.of(model, self.dtype) \
+            if self.packed is not None else None
         # `attended`: key columns the computed tokens attended to, summed (each token sees
         # every position up to its own): the context-dependent part of the compute.
         self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_steps": 0,
@@ -440,7 +444,7 @@ class BatchGenerator:
                         layer.length = context
                         layer._view()
                     t0 = time.perf_counter()
-                    self._forward(layers, ids, mask, pos)
+                    self._decode(layers, ids[:, 0], mask, pos[:, 0], None)
                     best = min(best, time.perf_counter() - t0)
                 times.append(best)
             c = max((times[1] - times[0]) / (rows[1] - rows[0]), 1e-9)
@@ -475,6 +479,17 @@ class BatchGenerator:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
                          use_cache=True, logits_to_keep=1, **{self.cache_kw: cache}, **extra)
         return out.logits[:, -1, :].float()
+
+    def _decode(self, layers, last: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+                state: _State | None) -> torch.Tensor:
+        """The logits of one decode step: each row's `last` token [rows] at `pos` [rows],
+        `mask` [rows, columns] including the new column."""
+        if self.decode_step is None:
+            return self._forward(layers, last[:, None], mask, pos[:, None], state)
+        prefix = None
+        if state is not None and state.prefixes is not None and bool((state.prefix >= 0).any()):
+            prefix = state.prefixes.shared(state.prefix)
+        return self.decode_step(last, pos, layers, mask, prefix)
 
     def _prefill_forward(self, layers, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
                          state: _State | None = None) -> torch.Tensor:
@@ -782,7 +797,7 @@ class DecodeSession:
         """Greedy: argmax of float32 logits, as `generate`; else each row samples from
         its own generator."""
         if self.temperature <= 0:
-            return logits.argmax(dim=-1)
+            return packed_linear.argmax(logits)
         probs = torch.softmax(logits / self.temperature, dim=-1)
         if self.top_p < 1.0:
             sorted_p, order = probs.sort(dim=-1, descending=True)
@@ -944,7 +959,7 @@ class DecodeSession:
         # along and are ignored).
         mask = torch.cat([state.mask, torch.ones((len(state.rows), 1), dtype=torch.long,
                                                  device=gen.device)], dim=1)
-        logits = gen._forward(state.layers, state.last[:, None], mask, state.pos[:, None], state)
+        logits = gen._decode(state.layers, state.last, mask, state.pos, state)
         gen.stats["decode_steps"] += 1
         gen.stats["decoded_tokens"] += len(alive)
         # The token fed is a row's last chosen one: it sits at position prompt + out - 1.

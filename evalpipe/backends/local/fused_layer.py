@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from evalpipe.backends.local import rotary
 
@@ -82,36 +82,58 @@ def fusable(layer) -> bool:
     return why_not(layer) is None
 
 
-def fuse(layer, pack: Callable[[torch.Tensor], Any],
-         matmul: Callable[[torch.Tensor, Any], torch.Tensor],
-         pack_gated: Callable[[torch.Tensor, torch.Tensor], Any],
-         gated: Callable[[torch.Tensor, Any], torch.Tensor],
-         size: Callable[[Any], int]) -> int:
-    """Give `layer` a forward on fused packed weights: `pack`/`matmul` for q/k/v in one
-    product, `pack_gated`/`gated` for the MLP's silu(gate) * up. The five linears these
-    cover are dropped from the layer (their weights freed as each copy is made); returns
-    the bytes the copies take (`size` of each)."""
+@dataclass(frozen=True)
+class Fused:
+    """What a fused layer multiplies by: q|k|v as one packed weight (and its biases),
+    gate/up as one gated weight, the shapes of its heads. o and down stay the layer's own
+    modules (packed_linear.PackedLinear once packed)."""
+
+    qkv: Any
+    bias: torch.Tensor | None
+    gate_up: Any
+    heads: int
+    kv_heads: int
+    dim: int
+
+
+ATTRIBUTE = "evalpipe_fused"  # where a fused layer keeps its Fused
+
+
+def fused_of(layer) -> Fused | None:
+    return getattr(layer, ATTRIBUTE, None)
+
+
+def fuse(layer) -> int:
+    """Give `layer` a forward on fused packed weights: q/k/v in one product, the MLP's
+    silu(gate) * up in one gated product, each residual added as the o and down products
+    store their outputs and the norms in the kernel library (packed_linear.py). The five
+    linears the fused products cover are dropped from the layer (their weights freed as
+    each copy is made); returns the bytes the copies take."""
+    from evalpipe.backends.local import packed_linear as pl
+
     attn, mlp = layer.self_attn, layer.mlp
-    heads = attn.q_proj.out_features // attn.head_dim
-    kv_heads = attn.k_proj.out_features // attn.head_dim
-    dim = attn.head_dim
     projections = (attn.q_proj, attn.k_proj, attn.v_proj)
-    qkv = pack(torch.cat([m.weight for m in projections]).detach())
+    dim = attn.head_dim
+    qkv = pl.pack(torch.cat([m.weight for m in projections]).detach())
     bias = None if attn.q_proj.bias is None else torch.cat([m.bias for m in projections]).detach()
+    fused = Fused(qkv, bias, None, attn.q_proj.out_features // dim,
+                  attn.k_proj.out_features // dim, dim)
     attn.q_proj = attn.k_proj = attn.v_proj = None
-    gate_up = pack_gated(mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach())
+    fused = Fused(fused.qkv, fused.bias, pl.pack_gated(mlp.gate_proj.weight.detach(),
+                                                        mlp.up_proj.weight.detach()),
+                  fused.heads, fused.kv_heads, dim)
     mlp.gate_proj = mlp.up_proj = None
+    setattr(layer, ATTRIBUTE, fused)
+    heads, kv_heads = fused.heads, fused.kv_heads
     norm_in, norm_post = layer.input_layernorm, layer.post_attention_layernorm
     eager_attention_forward = _layouts()[type(layer)][3]
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     def forward(hidden_states, attention_mask=None, position_ids=None, cache=None,
                 use_cache=False, position_embeddings=None, **kwargs):
-        b, t, width = hidden_states.shape
-        h = F.rms_norm(hidden_states, (width,), norm_in.weight, norm_in.variance_epsilon)
-        y = matmul(h, qkv)
-        if bias is not None:
-            y += bias
+        b, t, _ = hidden_states.shape
+        h = pl.rms_norm(hidden_states, norm_in.weight, norm_in.variance_epsilon)
+        y = pl.product(h, fused.qkv, fused.bias)
         layer_cache = cache.layers[attn.layer_idx] \
             if cache is not None and len(cache.layers) > attn.layer_idx else None
         query = rotary.rotate_into(y, *position_embeddings, heads, kv_heads, dim, layer_cache)
@@ -133,9 +155,14 @@ def fuse(layer, pack: Callable[[torch.Tensor], Any],
         out, _ = attention(attn, query, key, value, attention_mask, dropout=0.0,
                            scaling=attn.scaling, position_ids=position_ids,
                            use_cache=use_cache, **kwargs)
-        hidden_states = hidden_states + attn.o_proj(out.reshape(b, t, -1))
-        h = F.rms_norm(hidden_states, (width,), norm_post.weight, norm_post.variance_epsilon)
-        return hidden_states + mlp.down_proj(gated(h, gate_up))
+        # The residual stream is updated in place: each forward's hidden states are its
+        # own (the model passes them from layer to layer and keeps no other reference).
+        hidden = hidden_states if hidden_states.is_contiguous() else hidden_states.contiguous()
+        h = pl.add_linear(hidden, out.reshape(b, t, -1), attn.o_proj,
+                          norm=(norm_post.weight, norm_post.variance_epsilon))
+        pl.add_linear(hidden, pl.gated(h, fused.gate_up), mlp.down_proj)
+        return hidden
 
     layer.forward = forward
-    return size(qkv) + size(gate_up) + (0 if bias is None else bias.numel() * bias.element_size())
+    return pl.packed_bytes(fused.qkv) + pl.packed_bytes(fused.gate_up) + \
+        (0 if bias is None else bias.numel() * bias.element_size())

@@ -188,7 +188,7 @@ def gated(x: torch.Tensor, packed: Gated) -> torch.Tensor:
         y = _packed_matmul(x, packed.data, None)
         return torch.nn.functional.silu(y[..., : packed.out_features]).mul_(
             y[..., packed.out_features:])
-    return _panel_product(x, packed.data, gated=True)
+    return _panel_product(x, packed.data, packed.out_features, gated=True)
 
 
 def matmul(x: torch.Tensor, packed: Panels | torch.Tensor) -> torch.Tensor:
@@ -198,37 +198,103 @@ def matmul(x: torch.Tensor, packed: Panels | torch.Tensor) -> torch.Tensor:
     return _packed_matmul(x, packed, None)
 
 
+def product(x: torch.Tensor, packed: Panels | torch.Tensor, bias=None) -> torch.Tensor:
+    """x [..., in] times the weight's transpose plus `bias` (added as the panel kernel
+    stores each output), as `F.linear`."""
+    return _packed_matmul(x, packed, bias)
+
+
+def add_linear(h: torch.Tensor, x: torch.Tensor, linear: torch.nn.Module,
+               norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor | None:
+    """`add_product` through a layer's linear module: its packed weight where it is a
+    PackedLinear, else its own forward."""
+    if isinstance(linear, PackedLinear):
+        return add_product(h, x, linear.packed, linear.bias, norm)
+    h += linear(x)
+    return None if norm is None else rms_norm(h, *norm)
+
+
+def add_product(h: torch.Tensor, x: torch.Tensor, packed: Panels | torch.Tensor, bias=None,
+                norm: tuple[torch.Tensor, float] | None = None) -> torch.Tensor | None:
+    """h += x W^T (+ bias), h being the residual stream [..., out] (contiguous float32),
+    updated in place; with `norm` (an RMS norm's weight and epsilon) the rows of the new
+    h normed, else None. On panels one kernel call: the sum added as each tile is stored,
+    the norm taken after; each value rounds as torch's separate product, addition and
+    norm round it (the norm's mean in another order)."""
+    if isinstance(packed, Panels) and h.is_contiguous() and h.dtype == torch.float32:
+        rows = x.reshape(-1, x.shape[-1])
+        normed = torch.empty_like(h) if norm is not None else None
+        _call_panels(rows, packed, h.view(-1, h.shape[-1]), bias=bias, add=True,
+                     norm=None if norm is None else (norm[0], norm[1], normed))
+        return normed
+    h += _packed_matmul(x, packed, bias)
+    return None if norm is None else rms_norm(h, *norm)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The RMS norm of x's last dimension times `weight` (the Llama and Qwen2 norms): in the
+    panel kernel's library where it is built and x is float32, else torch's."""
+    lib = _panel_kernel()
+    if lib is None or x.dtype != torch.float32 or weight.dtype != torch.float32 \
+            or x.device.type != "cpu":
+        return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    out = torch.empty(x.shape, dtype=torch.float32)
+    lib.rms_norm(rows.data_ptr(), rows.shape[0], rows.shape[1], weight.contiguous().data_ptr(),
+                 eps, out.data_ptr(), torch.get_num_threads())
+    return out
+
+
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's greedy token: torch.argmax's choice (the first of equal values, a NaN
+    the largest), in one vectorised pass of the kernel library where it is built."""
+    lib = _panel_kernel()
+    if lib is None or logits.dtype != torch.float32 or logits.device.type != "cpu":
+        return logits.argmax(dim=-1)
+    rows = logits.reshape(-1, logits.shape[-1]).contiguous()
+    out = torch.empty(rows.shape[0], dtype=torch.int64)
+    lib.argmax_rows(rows.data_ptr(), rows.shape[0], rows.shape[1], out.data_ptr(),
+                    torch.get_num_threads())
+    return out.view(logits.shape[:-1])
+
+
 def _packed_matmul(x: torch.Tensor, packed: Panels | torch.Tensor, bias) -> torch.Tensor:
     if isinstance(packed, Panels):
-        y = _panel_product(x, packed)
-        return y if bias is None else y + bias
+        return _panel_product(x, packed, packed.out_features, bias=bias)
     y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), packed, bias,
                                            "none", [], "")
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
-def _panel_product(x: torch.Tensor, packed: Panels, gated: bool = False) -> torch.Tensor:
-    """x [..., in] float32 through the panel kernel: the product, or on interleaved
-    gate/up panels SwiGLU's (one output panel per pair)."""
+def _panel_product(x: torch.Tensor, packed: Panels, out: int, gated: bool = False,
+                   bias=None) -> torch.Tensor:
+    """x [..., in] float32 through the panel kernel: the product (+ bias), or on
+    interleaved gate/up panels SwiGLU's; [..., out]."""
     rows = x.reshape(-1, x.shape[-1])
+    y = torch.empty(rows.shape[0], out, dtype=torch.float32)
+    _call_panels(rows, packed, y, gated=gated, bias=bias)
+    return y.view(*x.shape[:-1], out)
+
+
+def _call_panels(rows: torch.Tensor, packed: Panels, y: torch.Tensor, gated: bool = False,
+                 bias=None, add: bool = False, norm=None) -> None:
+    """The kernel's `panel_product` on rows [m, in] into y [m, out] (see panel_linear.c)."""
     if rows.dtype != torch.float32 or rows.device.type != "cpu":
         raise TypeError(f"panel weights take float32 CPU inputs, got {rows.dtype} on "
                         f"{rows.device}")
     rows = rows.contiguous()
-    panels, width = packed.data.shape[0], packed.data.shape[2]  # width: lib.panel_width()
-    outs = panels // 2 if gated else panels
-    y = torch.empty(rows.shape[0], outs * width, dtype=torch.float32)
-    function = ("panel_swiglu" if gated else "panel_linear") + \
-        ("_bf16" if packed.data.dtype == torch.bfloat16 else "")
-    failed = getattr(packed.lib, function)(rows.data_ptr(), rows.shape[0], rows.shape[1],
-                                           packed.data.data_ptr(), panels, y.data_ptr(),
-                                           torch.get_num_threads())
+    if bias is not None:
+        bias = bias.float().contiguous()
+    weight, eps, normed = norm if norm is not None else (None, 0.0, None)
+    failed = packed.lib.panel_product(
+        rows.data_ptr(), rows.shape[0], rows.shape[1], packed.data.data_ptr(),
+        packed.data.shape[0], int(packed.data.dtype == torch.bfloat16), y.data_ptr(),
+        y.shape[1], int(gated), 0 if bias is None else bias.data_ptr(), int(add),
+        0 if weight is None else weight.data_ptr(), eps,
+        0 if normed is None else normed.data_ptr(), torch.get_num_threads())
     if failed:
-        raise MemoryError(f"{function}: no memory for the rounded copy of {rows.shape[0]} "
+        raise MemoryError(f"panel_product: no memory for the bfloat16 copy of {rows.shape[0]} "
                           "input rows")
-    if packed.out_features != y.shape[1]:
-        y = y[:, : packed.out_features]
-    return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
 class PackedLinear(torch.nn.Module):
@@ -372,8 +438,7 @@ class PackedLinears:
                     self.unfused[why] = self.unfused.get(why, 0) + 1
                     continue
                 self.fused += 1
-                self.nbytes += fused_layer.fuse(layer, pack, matmul, pack_gated, gated,
-                                                packed_bytes)
+                self.nbytes += fused_layer.fuse(layer)
             for name, m in _packable(model):
                 packed = pack(m.weight)
                 self.nbytes += packed_bytes(packed)

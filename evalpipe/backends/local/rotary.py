@@ -26,7 +26,8 @@ def kernel() -> ctypes.CDLL | None:
 
 
 @functools.cache
-def _dim_multiple(lib: ctypes.CDLL) -> int:
+def dim_multiple(lib: ctypes.CDLL) -> int:
+    """The multiple of which a head size must be for the kernel (whole vectors a half)."""
     return int(lib.dim_multiple())
 
 
@@ -38,7 +39,7 @@ def rotate_into(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: in
     written, where the kernel cannot take the call."""
     lib = kernel()
     rows, t = y.shape[0], y.shape[1]
-    if (lib is None or not hasattr(layer, "reserve") or dim % _dim_multiple(lib)
+    if (lib is None or not hasattr(layer, "reserve") or dim % dim_multiple(lib)
             or any(x.dtype != torch.float32 or x.device.type != "cpu" for x in (y, cos, sin))
             or not y.is_contiguous() or cos.stride() != sin.stride() or cos.stride(-1) != 1
             or cos.shape[1:] != (t, dim) or cos.shape[0] not in (1, rows)):

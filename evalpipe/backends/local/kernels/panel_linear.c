@@ -28,6 +28,7 @@
  *
  * x [m, k] and y [m, panels * PANEL] contiguous, float32. Built at first use by
  * native.py with the machine's own compiler. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,16 +64,39 @@ static inline vec silu(vec x) {
     return vselect(negative, x * e, x) / (1.0f + e);
 }
 
-/* The tile's stores: y = acc, or with `gate` (a tile of the gate product, rows PANEL
- * apart) y = silu(gate) * acc. */
+/* What a tile does with its sums as it stores them, in this order (each one rounding,
+ * as torch's separate passes round): SwiGLU's silu(gate) times them (`gate`: a tile of
+ * the gate product, rows PANEL apart), plus a bias (`bias`: the panel's outputs), added
+ * to what y holds (`add`: a residual stream updated in place). `cols`: how many of the
+ * panel's outputs exist (the last panel of a width that is no multiple of PANEL stores
+ * only those, so y's rows are the product's own width). */
+typedef struct {
+    const float *gate, *bias;
+    int add;
+    int64_t cols;
+} store_t;
+
 static inline __attribute__((always_inline)) void store_tile(vec acc[MR][PV], float *y,
                                                              int64_t ys, const int R,
-                                                             const float *gate) {
+                                                             const store_t *st) {
     for (int r = 0; r < R; r++)
         for (int c = 0; c < PV; c++) {
+            const int64_t c0 = c * LANES;
+            if (c0 >= st->cols) break;
             vec v = acc[r][c];
-            if (gate) v *= silu(load(gate + r * PANEL + c * LANES));
-            store(y + r * ys + c * LANES, v);
+            if (st->gate) v *= silu(load(st->gate + r * PANEL + c0));
+            if (c0 + LANES <= st->cols) {
+                if (st->bias) v += load(st->bias + c0);
+                if (st->add) v += load(y + r * ys + c0);
+                store(y + r * ys + c0, v);
+            } else { /* the last outputs of the last panel */
+                for (int64_t l = 0; l < st->cols - c0; l++) {
+                    float f = v[l];
+                    if (st->bias) f += st->bias[c0 + l];
+                    if (st->add) f += y[r * ys + c0 + l];
+                    y[r * ys + c0 + l] = f;
+                }
+            }
         }
 }
 
@@ -80,7 +104,7 @@ static inline __attribute__((always_inline)) void store_tile(vec acc[MR][PV], fl
 static inline __attribute__((always_inline)) void tile_f32(const float *x, int64_t k,
                                                            const float *wp, float *y,
                                                            int64_t ys, const int R,
-                                                           const float *gate) {
+                                                           const store_t *st) {
     vec acc[MR][PV] = {{{0}}};
     for (int64_t i = 0; i < k; i++) {
         vec w[PV];
@@ -93,7 +117,7 @@ static inline __attribute__((always_inline)) void tile_f32(const float *x, int64
             for (int c = 0; c < PV; c++) acc[r][c] += a * w[c];
         }
     }
-    store_tile(acc, y, ys, R, gate);
+    store_tile(acc, y, ys, R, st);
 }
 
 static inline float high_half(uint32_t bits) { /* a bfloat16 in a word's upper half */
@@ -108,7 +132,7 @@ static inline float high_half(uint32_t bits) { /* a bfloat16 in a word's upper h
 static inline __attribute__((always_inline)) void tile_bf16(const uint32_t *x, int64_t kh,
                                                             const uint32_t *wp, float *y,
                                                             int64_t ys, const int R,
-                                                            const float *gate) {
+                                                            const store_t *st) {
     vec acc[MR][PV] = {{{0}}};
     for (int64_t i = 0; i < kh; i++) {
 #if DOT_BF16
@@ -142,32 +166,32 @@ static inline __attribute__((always_inline)) void tile_bf16(const uint32_t *x, i
         }
 #endif
     }
-    store_tile(acc, y, ys, R, gate);
+    store_tile(acc, y, ys, R, st);
 }
 
 /* One task's tile at a row count known to the compiler (its loops unrolled). */
-#define TILE_ROWS(tile, x, k, wp, y, ys, rows, gate)                                         \
+#define TILE_ROWS(tile, x, k, wp, y, ys, rows, st)                                           \
     switch (rows) {                                                                        \
-    case 1: tile(x, k, wp, y, ys, 1, gate); break;                                         \
-    case 2: tile(x, k, wp, y, ys, 2, gate); break;                                         \
-    case 3: tile(x, k, wp, y, ys, 3, gate); break;                                         \
-    case 4: tile(x, k, wp, y, ys, 4, gate); break;                                         \
-    case 5: tile(x, k, wp, y, ys, 5, gate); break;                                         \
-    default: tile(x, k, wp, y, ys, MR, gate); break;                                       \
+    case 1: tile(x, k, wp, y, ys, 1, st); break;                                           \
+    case 2: tile(x, k, wp, y, ys, 2, st); break;                                           \
+    case 3: tile(x, k, wp, y, ys, 3, st); break;                                           \
+    case 4: tile(x, k, wp, y, ys, 4, st); break;                                           \
+    case 5: tile(x, k, wp, y, ys, 5, st); break;                                           \
+    default: tile(x, k, wp, y, ys, MR, st); break;                                         \
     }
 
 static void rows_f32(const void *x, int64_t k, const void *wp, float *y, int64_t ys,
-                     int64_t rows, const float *gate) {
-    TILE_ROWS(tile_f32, (const float *)x, k, (const float *)wp, y, ys, rows, gate)
+                     int64_t rows, const store_t *st) {
+    TILE_ROWS(tile_f32, (const float *)x, k, (const float *)wp, y, ys, rows, st)
 }
 
 static void rows_bf16(const void *x, int64_t kh, const void *wp, float *y, int64_t ys,
-                      int64_t rows, const float *gate) {
-    TILE_ROWS(tile_bf16, (const uint32_t *)x, kh, (const uint32_t *)wp, y, ys, rows, gate)
+                      int64_t rows, const store_t *st) {
+    TILE_ROWS(tile_bf16, (const uint32_t *)x, kh, (const uint32_t *)wp, y, ys, rows, st)
 }
 
 typedef void (*rows_fn)(const void *, int64_t, const void *, float *, int64_t, int64_t,
-                        const float *);
+                        const store_t *);
 
 /* Tasks are (panel, tile of MR rows), panel-major, split statically over `threads`
  * OpenMP threads (torch's own runtime: the library is loaded after torch), so a thread
@@ -180,16 +204,25 @@ typedef void (*rows_fn)(const void *, int64_t, const void *, float *, int64_t, i
  * whatever the chunking and whatever the number of rows. */
 #define WHOLE_BYTES (2 << 20)
 #define CHUNK_BYTES (48 << 10)
+/* Passes over fewer elements than this (a decode step's norms and roundings) run on one
+ * thread: waking the others costs more than they would save. */
+#define ALONE (1 << 16)
+
+static int threads_for(int threads, int64_t rows, int64_t elements) {
+    if (threads < 1 || elements < ALONE) return 1;
+    return threads > rows ? (int)(rows > 0 ? rows : 1) : threads;
+}
 
 /* y = x w^T over `panels` panels, or with `gated` over pairs of panels (gate, up) of
  * the same outputs: y = silu(x gate^T) * (x up^T), SwiGLU's product in one pass, which
- * writes half the outputs and needs no separate passes for the activation. x: rows of
- * `k` units (floats, or pairs of bfloat16 for rows_bf16) `unit` bytes each; a panel:
- * k * PANEL units. */
+ * writes half the outputs and needs no separate passes for the activation; plus `bias`
+ * [n], and with `add` added to y's contents. x: rows of `k` units (floats, or pairs of
+ * bfloat16 for rows_bf16) `unit` bytes each; a panel: k * PANEL units; y [m, n]. */
 static void products(rows_fn rows_of, const void *x, int64_t m, int64_t k, size_t unit,
-                     const void *wp, int64_t panels, float *y, int threads, int gated) {
+                     const void *wp, int64_t panels, float *y, int64_t n, int threads,
+                     int gated, const float *bias, int add) {
     const int64_t outs = gated ? panels / 2 : panels; /* output panels */
-    const int64_t blocks = (m + MR - 1) / MR, ys = outs * PANEL;
+    const int64_t blocks = (m + MR - 1) / MR;
     if (blocks == 0 || outs == 0) return;
     if (threads < 1) threads = 1;
     int64_t per_chunk = blocks; /* tiles per chunk */
@@ -210,27 +243,19 @@ static void products(rows_fn rows_of, const void *x, int64_t m, int64_t k, size_
         if (r0 >= m) continue; /* the last chunk's missing tiles */
         const int64_t rows = m - r0 < MR ? m - r0 : MR;
         const void *xr = xb + r0 * k * (int64_t)unit;
-        float *yr = y + r0 * ys + p * PANEL;
+        float *yr = y + r0 * n + p * PANEL;
+        const int64_t cols = n - p * PANEL < PANEL ? n - p * PANEL : PANEL;
+        store_t st = {0, bias ? bias + p * PANEL : 0, add, cols};
         if (gated) {
             float gate[MR * PANEL];
-            rows_of(xr, k, wb + 2 * p * panel_bytes, gate, PANEL, rows, 0);
-            rows_of(xr, k, wb + (2 * p + 1) * panel_bytes, yr, ys, rows, gate);
+            store_t plain = {0, 0, 0, PANEL};
+            rows_of(xr, k, wb + 2 * p * panel_bytes, gate, PANEL, rows, &plain);
+            st.gate = gate;
+            rows_of(xr, k, wb + (2 * p + 1) * panel_bytes, yr, n, rows, &st);
         } else {
-            rows_of(xr, k, wb + p * panel_bytes, yr, ys, rows, 0);
+            rows_of(xr, k, wb + p * panel_bytes, yr, n, rows, &st);
         }
     }
-}
-
-void panel_linear(const float *x, int64_t m, int64_t k, const float *wp, int64_t panels,
-                  float *y, int threads) {
-    products(rows_f32, x, m, k, sizeof(float), wp, panels, y, threads, 0);
-}
-
-/* wp: the gate's and the up projection's panels interleaved, [2 * outs / PANEL, k,
- * PANEL] (packed_linear.pack_gated); y [m, outs]. */
-void panel_swiglu(const float *x, int64_t m, int64_t k, const float *wp, int64_t panels,
-                  float *y, int threads) {
-    products(rows_f32, x, m, k, sizeof(float), wp, panels, y, threads, 1);
 }
 
 /* float32 to bfloat16, to nearest even (NaN: the quiet NaN 0x7fc0), as torch rounds. */
@@ -247,7 +272,7 @@ static uint32_t *pairs_of(const float *x, int64_t m, int64_t k, int threads) {
     const int64_t kh = (k + 1) / 2;
     uint16_t *out = malloc((size_t)(m * kh * 2) * sizeof(uint16_t));
     if (!out) return NULL;
-    if (threads > m) threads = (int)(m > 0 ? m : 1);
+    threads = threads_for(threads, m, m * k);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < m; r++) {
         uint16_t *o = out + r * kh * 2;
@@ -258,23 +283,105 @@ static uint32_t *pairs_of(const float *x, int64_t m, int64_t k, int threads) {
     return (uint32_t *)out;
 }
 
-/* y = x w^T on bfloat16 panels [panels, kp / 2, PANEL, 2]; 0, or 1 where the scratch
- * memory for x's rounded copy (m * kp * 2 bytes) was not to be had. */
-int panel_linear_bf16(const float *x, int64_t m, int64_t k, const uint16_t *wp,
-                      int64_t panels, float *y, int threads) {
-    uint32_t *pairs = pairs_of(x, m, k, threads < 1 ? 1 : threads);
-    if (!pairs) return 1;
-    products(rows_bf16, pairs, m, (k + 1) / 2, sizeof(uint32_t), wp, panels, y, threads, 0);
-    free(pairs);
+/* RMS norm of h's rows into out: h / sqrt(mean(h^2) + eps), then times `weight`, each
+ * product rounded apart as the models' norms round them (LlamaRMSNorm, Qwen2RMSNorm:
+ * the mean and the reciprocal square root in float32). */
+static void norm_rows(const float *h, int64_t m, int64_t n, const float *weight, float eps,
+                      float *out, int threads) {
+    threads = threads_for(threads, m, m * n);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < m; r++) {
+        const float *x = h + r * n;
+        float *o = out + r * n;
+        vec sums = {0};
+        int64_t i = 0;
+        for (; i + LANES <= n; i += LANES) {
+            vec v = load(x + i);
+            sums += v * v;
+        }
+        float sum = 0.0f;
+        for (int l = 0; l < LANES; l++) sum += sums[l];
+        for (; i < n; i++) sum += x[i] * x[i];
+        const float scale = 1.0f / sqrtf(sum / (float)n + eps);
+        for (i = 0; i + LANES <= n; i += LANES) {
+            vec t = load(x + i) * scale;
+            in_register(t); /* rounded before the weight's product, as torch rounds it */
+            store(o + i, load(weight + i) * t);
+        }
+        for (; i < n; i++) {
+            float t = x[i] * scale;
+            o[i] = weight[i] * t;
+        }
+    }
+}
+
+/* The exported products: x [m, k] float32 times packed weights wp (`panels` panels of
+ * float32, or `bf16` panels of bfloat16 pairs), y [m, n]; `gated`: interleaved gate and
+ * up panels, SwiGLU's product (n: its outputs); `bias` [n] or NULL; `add`: y += rather
+ * than y =; with `weight` (an RMS norm's [n]), y's rows are normed into `normed` after
+ * (the residual stream updated and the next norm taken in one call). 0, or 1 where the
+ * scratch memory for x's bfloat16 copy (m * k * 2 bytes) was not to be had. */
+int panel_product(const float *x, int64_t m, int64_t k, const void *wp, int64_t panels,
+                  int bf16, float *y, int64_t n, int gated, const float *bias, int add,
+                  const float *weight, float eps, float *normed, int threads) {
+    if (bf16) {
+        uint32_t *pairs = pairs_of(x, m, k, threads);
+        if (!pairs) return 1;
+        products(rows_bf16, pairs, m, (k + 1) / 2, sizeof(uint32_t), wp, panels, y, n,
+                 threads, gated, bias, add);
+        free(pairs);
+    } else {
+        products(rows_f32, x, m, k, sizeof(float), wp, panels, y, n, threads, gated, bias,
+                 add);
+    }
+    if (weight) norm_rows(y, m, n, weight, eps, normed, threads);
     return 0;
 }
 
-/* SwiGLU's product on interleaved gate and up panels of bfloat16 (as panel_swiglu). */
-int panel_swiglu_bf16(const float *x, int64_t m, int64_t k, const uint16_t *wp,
-                      int64_t panels, float *y, int threads) {
-    uint32_t *pairs = pairs_of(x, m, k, threads < 1 ? 1 : threads);
-    if (!pairs) return 1;
-    products(rows_bf16, pairs, m, (k + 1) / 2, sizeof(uint32_t), wp, panels, y, threads, 1);
-    free(pairs);
-    return 0;
+/* RMS norm of x [m, n]'s rows times `weight` into out (see norm_rows). */
+void rms_norm(const float *x, int64_t m, int64_t n, const float *weight, float eps,
+              float *out, int threads) {
+    norm_rows(x, m, n, weight, eps, out, threads);
+}
+
+/* The index of the largest of v[0 .. n), the first of equal ones, a NaN counting as
+ * the largest (as torch.argmax on the CPU). One pass in vectors: each lane keeps its
+ * largest value and where it was (the first, since only a larger one replaces it). */
+static int64_t argmax_of(const float *v, int64_t n) {
+    int64_t i = 0, best = 0;
+    if (n >= LANES) {
+        vec top = load(v);
+        ivec at, lane;
+        for (int l = 0; l < LANES; l++) lane[l] = l;
+        at = lane;
+        ivec nan = top != top;
+        for (i = LANES; i + LANES <= n; i += LANES) {
+            vec x = load(v + i);
+            ivec larger = x > top;
+            nan |= x != x;
+            top = vselect(larger, x, top);
+            at = (at & ~larger) | ((lane + (int32_t)i) & larger);
+        }
+        int any_nan = 0;
+        for (int l = 0; l < LANES; l++) any_nan |= nan[l] != 0;
+        if (!any_nan) {
+            best = at[0];
+            for (int l = 1; l < LANES; l++)
+                if (top[l] > v[best] || (top[l] == v[best] && at[l] < best)) best = at[l];
+        } else {
+            i = 1; /* a NaN in the row: the plain scan below finds the first */
+        }
+    } else {
+        i = 1;
+    }
+    for (; i < n && v[best] == v[best]; i++)
+        if (v[i] > v[best] || v[i] != v[i]) best = i;
+    return best;
+}
+
+/* Each row's greedy choice (argmax_of): x [m, n], out [m] int64. */
+void argmax_rows(const float *x, int64_t m, int64_t n, int64_t *out, int threads) {
+    threads = threads_for(threads, m, m * n);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < m; r++) out[r] = argmax_of(x + r * n, n);
 }
