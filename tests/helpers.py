@@ -182,7 +182,7 @@ def greedy_reference(model, prompt: list[int], n: int, eos: int) -> list[int]:
     batching must reproduce token for token (on a model the engine never packed)."""
     import torch
 
-    from evalpipe.backends.local.packed_linear import is_packed
+    from evalpipe.backends.local.packing import is_packed
 
     assert not is_packed(model), "the reference must be a model the engine did not pack"
 

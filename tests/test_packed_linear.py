@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evalpipe.backends.local import fused_layer, packed_linear
+from evalpipe.backends.local import fused_layer, packed_linear, packing
 from evalpipe.backends.local.batching import BatchGenerator, PrefixStore
-from evalpipe.backends.local.packed_linear import PackedLinear, PackedLinears
+from evalpipe.backends.local.packed_linear import PackedLinear
+from evalpipe.backends.local.packing import PackedLinears
 from tests import helpers
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
@@ -23,7 +24,7 @@ FREE = 1 << 34  # free memory the tiny models are packed in
 def test_panel_kernel_builds_here():
     """Wherever a compiler is, whatever the vector width (it once built for AVX-512 alone,
     so AVX2 machines silently ran oneDNN), for float32 and bfloat16 weights."""
-    lib = packed_linear._panel_kernel()
+    lib = packed_linear.panel_kernel()
     assert lib is not None
     assert lib.panel_width() in (8, 16, 64)  # SSE or NEON, AVX2, AVX-512
     assert packed_linear.kernel_for(torch.float32) == "panel"
@@ -117,8 +118,8 @@ def test_nothing_is_packed_beyond_the_memory_budget():
     before = model.model.layers[0].mlp.up_proj
     assert PackedLinears.install(model, free_bytes=1024) is None
     assert model.model.layers[0].mlp.up_proj is before and before.weight is not None
-    assert "over the 0.0 GiB allowed" in packed_linear.why_not(model, free_bytes=1024)
-    assert packed_linear.why_not(model, free_bytes=FREE) is None
+    assert "over the 0.0 GiB allowed" in packing.why_not(model, free_bytes=1024)
+    assert packing.why_not(model, free_bytes=FREE) is None
 
 
 # Qwen2.5-Coder-1.5B-Instruct as the GGUF file evalpipe converts carries it (config.json of
@@ -144,22 +145,22 @@ def test_the_1_5b_takes_the_packed_path_on_a_24_gb_machine(dtype):
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     assert sum(p.numel() for p in model.parameters()) == 1_777_088_000  # as models.py says
     free = 24 * GIB - weights - 2 * GIB
-    assert packed_linear.why_not(model, free) is None, packed_linear.why_not(model, free)
+    assert packing.why_not(model, free) is None, packing.why_not(model, free)
     # What packing needs beside the weights: the largest copy being made, the output
     # layer's (151,936 x 1,536), well under a quarter of the free memory.
-    needed = packed_linear.memory_needed(model)
+    needed = packing.memory_needed(model)
     assert needed == 151936 * 1536 * dtype.itemsize
-    assert needed < free * packed_linear.MEMORY_SHARE
+    assert needed < free * packing.MEMORY_SHARE
 
 
 def test_a_tied_output_layer_keeps_its_panels_beside_the_embedding():
     tied = helpers.tiny_qwen2(tied=True)
     untied = helpers.tiny_qwen2(tied=False)
-    lib = packed_linear._panel_kernel()
+    lib = packed_linear.panel_kernel()
     width = lib.panel_width() if lib is not None else packed_linear.WIDEST_PANEL
     head = -(-96 // width) * width * 448 * 4  # the output layer's panels, float32
-    assert packed_linear.memory_needed(tied) - packed_linear.memory_needed(untied) == head
-    assert packed_linear.memory_needed(untied) >= head
+    assert packing.memory_needed(tied) - packing.memory_needed(untied) == head
+    assert packing.memory_needed(untied) >= head
 
 
 def test_the_log_says_why_a_model_keeps_its_stock_linears():

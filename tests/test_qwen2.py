@@ -16,7 +16,7 @@ from helpers import greedy_reference as reference
 from test_packed_linear import panel_calls
 from test_turn_reuse import converse
 
-from evalpipe.backends.local import fused_layer, packed_linear
+from evalpipe.backends.local import fused_layer, packing
 from evalpipe.backends.local.batching import BatchGenerator, PrefixStore, supported
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -47,7 +47,7 @@ def test_qwen2_layers_are_fused_with_their_biases(qwen2, monkeypatch):
     assert all(fused_layer.why_not(layer) is None for layer in qwen2.model.layers)
     assert qwen2.model.layers[0].self_attn.q_proj.bias is not None
     model = helpers.tiny_qwen2(tied=qwen2.config.tie_word_embeddings)
-    packed = packed_linear.PackedLinears.install(model, 1 << 34)
+    packed = packing.PackedLinears.install(model, 1 << 34)
     assert packed is not None and packed.fused == 2 and packed.unfused == {}
     calls = panel_calls(monkeypatch)
     ids = torch.tensor([[5, 9, 17, 3, 40, 41], [6, 2, 88, 31, 7, 12]])

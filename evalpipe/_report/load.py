@@ -165,8 +165,10 @@ def model_engine(run: RunData, cell_id: str) -> dict[str, Any]:
     (settings' dtype where the model entry gave one), the path it took and its resident
     size; None where a run does not say (a server, an older run)."""
     info = run.cell_info(cell_id)
-    model = info.get("model") if isinstance(info.get("model"), dict) else {}
-    engine = model.get("engine") if isinstance(model.get("engine"), dict) else {}
+    model = info.get("model")
+    model = model if isinstance(model, dict) else {}
+    engine = model.get("engine")
+    engine = engine if isinstance(engine, dict) else {}
     settings = info.get("settings") or {}
     return {"dtype": model.get("dtype") or settings.get("dtype"),
             "activations": model.get("activations"),

@@ -47,7 +47,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from evalpipe.backends.local import decode_step, own_attention, packed_linear, prefix_attention
+from evalpipe.backends.local import (
+    decode_step,
+    own_attention,
+    packed_linear,
+    packing,
+    prefix_attention,
+)
 
 GROW = 64  # spare columns added whenever a layer buffer has to grow
 MIN_PREFIX = 16  # shorter common prefixes are not worth a stored cache
@@ -375,15 +381,15 @@ class BatchGenerator:
         # Rows attend to the shared prefix without a copy of it where the model allows.
         self.shared_attention = supported(model) and prefix_attention.install(model)
         # Every forward multiplies few rows by all the weights: on the CPU, pack them once
-        # (in place of the model's own) instead of on every call.
-        self.packed: packed_linear.PackedLinears | None = None
+        # (in place of the model's own: packing.py) instead of on every call.
+        self.packed: packing.PackedLinears | None = None
         self.unpacked_why = "not on the CPU" if self.device.type != "cpu" else \
             None if pack else "the model runs through model.generate"
         if self.unpacked_why is None:
             free = available_memory(self.device)
-            self.packed = packed_linear.PackedLinears.install(model, free)
+            self.packed = packing.PackedLinears.install(model, free)
             self.unpacked_why = None if self.packed is not None else (
-                packed_linear.why_not(model, free)
+                packing.why_not(model, free)
                 or "the packed product disagreed with the stock layer on a probe")
         # What the key/value cache and the activations are kept in: float32 around
         # bfloat16 panels (packed_linear.py), else the model's dtype.

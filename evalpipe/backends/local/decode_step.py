@@ -40,14 +40,15 @@ def why_not(model, dtype: torch.dtype) -> str | None:
     if dtype != torch.float32:
         return f"it computes in {dtype}"
     layers = model.model.layers
-    if not all(fused_layer.fused_of(layer) is not None for layer in layers):
+    fused = [f for f in map(fused_layer.fused_of, layers) if f is not None]
+    if not fused or len(fused) < len(layers):
         return "not every decoder layer is fused"
     linears = [m for layer in layers for m in (layer.self_attn.o_proj, layer.mlp.down_proj)]
     if not all(isinstance(m, packed_linear.PackedLinear)
                and isinstance(m.packed, packed_linear.Panels)
                for m in [*linears, model.lm_head]):
         return "its linears are not on panels"
-    dim = fused_layer.fused_of(layers[0]).dim
+    dim = fused[0].dim
     lib, turn = own_attention.kernel(), rotary.kernel()
     if lib is None or turn is None or not own_attention.takes_heads(lib, dim) \
             or dim % rotary.dim_multiple(turn):
