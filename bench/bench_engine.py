@@ -3,6 +3,8 @@
     python bench/bench_engine.py                                # 64 questions
     python bench/bench_engine.py --n 16                         # quicker
     python bench/bench_engine.py --model qwen2.5-coder-0.5b --n 16
+    python bench/bench_engine.py --model qwen2.5-coder-1.5b --dtype float32,bfloat16 \
+        --sides engine,engine-1 --n 16          # both dtypes, alternating
 
 Three sides, each run once per round, the rounds alternating: the engine batched,
 the engine with a batch cap of 1 (one conversation at a time) and the plain
@@ -13,7 +15,9 @@ absent). The plain loop is the tutorial way: for each question,
 apply_chat_template + model.generate per turn, parse the reply, run the tools,
 repeat. Prints tokens/second (median and range) and questions/second of each, the
 load before and after each run, and how many final answers equal the batched
-engine's.
+engine's. With several dtypes (`--dtype float32,bfloat16`) every side runs at each,
+one model loaded per dtype, all alternating within each round; each dtype's answers
+are counted against its own batched engine's.
 """
 
 from __future__ import annotations
@@ -179,7 +183,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m", help="model alias (or folder)")
     ap.add_argument("--n", type=int, default=64)
-    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--dtype", default="float32",
+                    help="weights dtype, or several comma-separated (each side runs at each)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=64, help="the engine's batch cap")
     ap.add_argument("--repeats", type=int, default=2,
@@ -198,37 +203,48 @@ def main(argv=None) -> int:
     from evalpipe.backends import load_backend
 
     use_threads(args.threads)
-    backend = load_backend({"id": args.model, "dtype": args.dtype})
+    dtypes = args.dtype.split(",")
     questions = bench_questions(args.n)
     caps = {"engine": args.batch_size, "engine-1": 1}
-    sides = args.sides.split(",")
+    sides = [(side, dtype) for dtype in dtypes for side in args.sides.split(",")]
+    backends = {}
+    for dtype in dtypes:
+        backends[dtype] = load_backend({"id": args.model, "dtype": dtype})
+        print(f"engine: {backends[dtype].log_line()}", flush=True)
     # The engine packs its model's weights in place: the plain loop gets a copy of its
     # own, loaded for model.generate (never packed).
-    plain = load_backend({"id": args.model, "dtype": args.dtype, "generation": "hf"}) \
-        if "generate" in sides else None
+    plain = {d: load_backend({"id": args.model, "dtype": d, "generation": "hf"})
+             for d in dtypes} if "generate" in args.sides.split(",") else {}
     # Warm-up (every side): one short generation each, so none pays first-call costs.
-    run_engine(make_runtime(backend, max_new_tokens=4), questions[:2])
-    if plain is not None:
-        run_plain(plain, make_runtime(plain, max_new_tokens=4), questions[:1])
+    for dtype in dtypes:
+        run_engine(make_runtime(backends[dtype], max_new_tokens=4), questions[:2])
+        if dtype in plain:
+            run_plain(plain[dtype], make_runtime(plain[dtype], max_new_tokens=4),
+                      questions[:1])
 
-    rows: dict[str, list[tuple[float, int, float, float]]] = {side: [] for side in sides}
+    def label(side: str, dtype: str) -> str:
+        return side if len(dtypes) == 1 else f"{side} {dtype}"
+
+    rows: dict[str, list[tuple[float, int, float, float]]] = {label(*s): [] for s in sides}
     answers: dict[str, dict[str, str]] = {}
     for _ in range(args.repeats):
-        for side in sides:
+        for side, dtype in sides:
+            backend = backends[dtype]
             backend.prefix_store.clear()  # each side starts cold, as a fresh run would
             before = load_now()
             if side == "generate":
-                runtime = make_runtime(plain, max_new_tokens=args.max_new_tokens)
-                seconds, got, tokens = run_plain(plain, runtime, questions)
+                runtime = make_runtime(plain[dtype], max_new_tokens=args.max_new_tokens)
+                seconds, got, tokens = run_plain(plain[dtype], runtime, questions)
             else:
                 runtime = make_runtime(backend, max_new_tokens=args.max_new_tokens,
                                        batch_size=caps[side])
                 seconds, got, _, tokens = run_engine(runtime, questions)
-            rows[side].append((seconds, tokens, before, load_now()))
-            answers.setdefault(side, got)
+            rows[label(side, dtype)].append((seconds, tokens, before, load_now()))
+            answers.setdefault(label(side, dtype), got)
             # each run as it ends, so a run cut short by a time limit still leaves figures
-            print(f"{side}: {tokens} tokens in {seconds:.1f} s = {tokens / seconds:.1f} "
-                  f"tokens/s (load {before:.1f} -> {load_now():.1f})", flush=True)
+            print(f"{label(side, dtype)}: {tokens} tokens in {seconds:.1f} s = "
+                  f"{tokens / seconds:.1f} tokens/s (load {before:.1f} -> {load_now():.1f})",
+                  flush=True)
 
     n = len(questions)
     print(f"model {args.model}, {n} questions (hermes, calculator, up to {MAX_TURNS} turns, "
@@ -236,16 +252,17 @@ def main(argv=None) -> int:
           f"torch threads {torch.get_num_threads()}, {args.repeats} alternating rounds")
     print(f"machine: {cpu_line()}")
     print("| side | tokens/s median (range) | questions/s median | tokens | load before -> after "
-          "| final answers equal to engine's |")
+          "| final answers equal to the batched engine's (same dtype) |")
     print("|---|---|---|---|---|---|")
-    reference = answers.get("engine") or next(iter(answers.values()))
-    for side in sides:
-        rates = [tokens / seconds for seconds, tokens, _, _ in rows[side]]
-        qps = statistics.median(n / seconds for seconds, _, _, _ in rows[side])
-        loads = ", ".join(f"{b:.1f} -> {a:.1f}" for _, _, b, a in rows[side])
-        same = sum(answers[side][q.id] == reference[q.id] for q in questions)
-        print(f"| {side} | {statistics.median(rates):.1f} ({min(rates):.1f}-{max(rates):.1f}) "
-              f"| {qps:.3f} | {rows[side][0][1]} | {loads} | {same}/{n} |")
+    for side, dtype in sides:
+        name = label(side, dtype)
+        reference = answers.get(label("engine", dtype)) or answers[name]
+        rates = [tokens / seconds for seconds, tokens, _, _ in rows[name]]
+        qps = statistics.median(n / seconds for seconds, _, _, _ in rows[name])
+        loads = ", ".join(f"{b:.1f} -> {a:.1f}" for _, _, b, a in rows[name])
+        same = sum(answers[name][q.id] == reference[q.id] for q in questions)
+        print(f"| {name} | {statistics.median(rates):.1f} ({min(rates):.1f}-{max(rates):.1f}) "
+              f"| {qps:.3f} | {rows[name][0][1]} | {loads} | {same}/{n} |")
     return 0
 
 

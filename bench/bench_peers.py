@@ -21,6 +21,13 @@ CPU build and llama.cpp's server (llama-cpp-python), both driven by evalpipe's
 OpenAI backend, which runs the whole agent loop. How each is set up, and why that
 is its best here: bench/peer_runs.py.
 
+dtypes (`--dtypes float32,bfloat16`): evalpipe and vLLM run at each, each a row of
+its own ("evalpipe bfloat16", "vllm bfloat16 c64 stream off"); the float32 rows
+keep the plain names. A bfloat16 row's replies are counted against the same
+system's float32 replies (its own rounding against its own reference), the other
+rows' against evalpipe's float32 replies; under each table a line sets the peer at
+its best (the fastest of its rows, per round) against evalpipe at its best.
+
 Method: each system runs `--repeats` times, alternating (evalpipe, peer 1, peer 2,
 ..., evalpipe, peer 1, ...). Each row prints the median wall time and its range,
 the ratio to evalpipe's wall (per round, median and range), how many replies are
@@ -49,7 +56,7 @@ import peer_envs
 import peer_runs
 import procstat
 from bench_engine import add_threads_option, use_threads
-from compare import BASE, Run, alternating, markdown, summary
+from compare import BASE, Run, alternating, best_against_best, markdown, summary
 from machine import cpu_line, flops_per_token, load_now, matmul_rate
 from workloads import NAMES, Workload, build, run_engine, runtime
 
@@ -81,35 +88,62 @@ def runs_for(peer: str, w: Workload) -> str | None:
     return None
 
 
+def named(system: str, dtype: str) -> str:
+    """A system's row name at `dtype`: float32 keeps the plain name."""
+    return system if dtype == "float32" else f"{system} {dtype}"
+
+
 class Sides:
     """The systems of one workload, each able to run one side of a round."""
 
-    def __init__(self, args: argparse.Namespace, w: Workload, backend, pythons: dict,
-                 setting: peer_runs.Setting):
+    def __init__(self, args: argparse.Namespace, w: Workload, backends: dict[str, Any],
+                 pythons: dict, setting: peer_runs.Setting):
         from evalpipe.backends.models import converted_dir
 
-        self.args, self.w, self.backend, self.pythons, self.s = args, w, backend, pythons, setting
+        self.args, self.w, self.pythons, self.s = args, w, pythons, setting
+        self.backends = backends  # evalpipe's, by dtype (float32 first)
         self.model_dir = str(converted_dir(w.model))
-        self.ours: dict[str, list[str]] | None = None  # evalpipe's replies, first round
-        self.convs = conversations(backend, w) if set(HARNESSES) & set(pythons) else []
+        self.ours: dict[str, list[str]] | None = None  # evalpipe's float32 replies, round 1
+        # Each float32 row's replies of the first round, the reference of its bfloat16 row.
+        self.float32: dict[str, dict[str, list[str]]] = {}
+        self.convs = conversations(backends["float32"], w) \
+            if set(HARNESSES) & set(pythons) else []
 
-    def evalpipe(self, rnd: int) -> list[Run]:
-        self.backend.prefix_store.clear()
-        stats = dict(self.backend.batcher.stats)
+    def names(self) -> list[str]:
+        """The sides of a round, in order: evalpipe at each dtype, then each peer (vLLM at
+        each dtype)."""
+        out = [named(BASE, d) for d in self.args.dtypes]
+        for peer in self.pythons:
+            out += [named(peer, d) for d in self.args.dtypes] if peer == "vllm" else [peer]
+        return out
+
+    def run(self, side: str, rnd: int) -> list[Run]:
+        system, _, dtype = side.partition(" ")
+        dtype = dtype or "float32"
+        return self.evalpipe(dtype, rnd) if system == BASE else self.peer(system, dtype, rnd)
+
+    def evalpipe(self, dtype: str, rnd: int) -> list[Run]:
+        backend = self.backends[dtype]
+        backend.prefix_store.clear()
+        stats = dict(backend.batcher.stats)
         with peer_runs.measured(os.getpid()) as m:
-            r = run_engine(self.backend, self.w, self.args.batch_size)
-        run = peer_runs.from_engine(BASE, rnd, self.w, r, self.ours, m["occupancy"])
-        run.processed_tokens = sum(self.backend.batcher.stats[k] - stats[k]
+            r = run_engine(backend, self.w, self.args.batch_size)
+        row = named(BASE, dtype)
+        reference = self.ours if dtype == "float32" else self.float32.get(BASE)
+        run = peer_runs.from_engine(row, rnd, self.w, r, reference, m["occupancy"])
+        run.processed_tokens = sum(backend.batcher.stats[k] - stats[k]
                                    for k in ("prefilled_tokens", "decoded_tokens"))
-        if self.ours is None:
-            self.ours = r["replies"]
+        if dtype != "float32":
+            run.parity_against = "evalpipe float32"
+        elif self.ours is None:
+            self.ours = self.float32[BASE] = r["replies"]
             run.parity = None  # the reference itself
         return [run]
 
-    def peer(self, peer: str, rnd: int) -> list[Run]:
+    def peer(self, peer: str, dtype: str, rnd: int) -> list[Run]:
         python = self.pythons[peer]
         if isinstance(python, str):
-            return [Run(peer, rnd, error=python)]
+            return [Run(named(peer, dtype), rnd, error=python)]
         why = runs_for(peer, self.w)
         if why:
             return [Run(peer, rnd, error=f"not run: {why}")]
@@ -122,11 +156,21 @@ class Sides:
         served = self.w.model
         if peer == "vllm":
             levels = vllm_levels(self.args, len(self.w.questions))
+            row = named(peer, dtype)
             cmd, env = peer_runs.vllm_command(python, self.model_dir, served, port,
                                               max(lv.concurrency for lv in levels),
-                                              self.args.vllm_kv_gib)
-            return peer_runs.server_side(peer, cmd, env, port, self.w, served, levels,
-                                         self.ours, rnd, self.s)
+                                              self.args.vllm_kv_gib, dtype)
+            references = {} if dtype == "float32" else {
+                level.row(row): (level.row("vllm float32"), self.float32.get(level.row(peer), {}))
+                for level in levels}
+            runs = peer_runs.server_side(peer, cmd, env, port, self.w, served, levels,
+                                         self.ours, rnd, self.s, row=row,
+                                         references=references)
+            if dtype == "float32":
+                for run in runs:
+                    if run.replies is not None:
+                        self.float32.setdefault(run.row, run.replies)
+            return runs
         from evalpipe.backends.models import gguf_path
 
         levels = [peer_runs.Level(c, False) for c in
@@ -162,16 +206,15 @@ def vllm_levels(args: argparse.Namespace, n: int) -> list[peer_runs.Level]:
     return off + [peer_runs.Level(c, True) for c in clamp(on_spec, n)]
 
 
-def run_workload(args, w: Workload, backend, pythons: dict, s: peer_runs.Setting,
-                 ceiling: float, log: Callable[[str], None]) -> None:
-    sides = Sides(args, w, backend, pythons, s)
-    names = [BASE] + list(pythons)
+def run_workload(args, w: Workload, backends: dict[str, Any], pythons: dict,
+                 s: peer_runs.Setting, ceiling: float, log: Callable[[str], None]) -> None:
+    sides = Sides(args, w, backends, pythons, s)
     runs: list[Run] = []
-    for rnd, side in alternating(names, args.repeats):
+    for rnd, side in alternating(sides.names(), args.repeats):
         before = load_now()
         log(f"[{w.name}] round {rnd + 1}/{args.repeats}: {side}")
         try:
-            got = sides.evalpipe(rnd) if side == BASE else sides.peer(side, rnd)
+            got = sides.run(side, rnd)
         except Exception as exc:  # noqa: BLE001 - a peer failing is a row, not a crash
             got = [Run(side, rnd, error=f"{type(exc).__name__}: {exc}")]
         after = load_now()
@@ -182,6 +225,10 @@ def run_workload(args, w: Workload, backend, pythons: dict, s: peer_runs.Setting
     print(f"\n### {w.label}: {n} questions, up to {w.max_turns} turns, "
           f"{w.max_new_tokens} new tokens, {args.repeats} alternating rounds\n")
     print(markdown(summary(runs, ceiling)), flush=True)
+    for peer in pythons:
+        line = best_against_best(runs, BASE, peer)
+        if line and len(args.dtypes) > 1:
+            print(f"\n{line}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm-stream-on", default=None,
                     help="levels run with streaming on (default: the highest level)")
     ap.add_argument("--vllm-kv-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE")
+    ap.add_argument("--dtypes", default="float32",
+                    help="comma-separated weights dtypes evalpipe and vLLM run at, each a "
+                         "row (float32 first: the other rows' replies are counted against "
+                         "their own system's float32 ones)")
     ap.add_argument("--llamacpp-concurrency", default="4",
                     help="levels for llama.cpp's server (it serves one request at a time)")
     ap.add_argument("--venv-root", default=str(peer_envs.ROOT))
@@ -219,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
+    args.dtypes = args.dtypes.split(",")
+    if args.dtypes[0] != "float32" or not set(args.dtypes) <= {"float32", "bfloat16"}:
+        ap.error("--dtypes: float32 first, then bfloat16 if wanted")
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -245,24 +299,27 @@ def main(argv: list[str] | None = None) -> int:
     from evalpipe.backends import load_backend
     from evalpipe.errors import EvalpipeError
 
-    backends: dict[str, Any] = {}
+    loaded: dict[str, dict[str, Any]] = {}  # evalpipe's backends of one model, by dtype
     for spec in args.workloads.split(","):
         name, _, size = spec.partition(":")
         w = build(name, int(size) if size else args.n, args.max_new_tokens,
                   model=args.w4_model if name == "W4" else None)
-        if w.model not in backends:
-            backends.clear()  # one model in memory at a time
+        if w.model not in loaded:
+            loaded.clear()  # one model in memory at a time (in each dtype)
             try:
-                backends[w.model] = load_backend({"id": w.model, "dtype": "float32"})
+                backends = {d: load_backend({"id": w.model, "dtype": d}) for d in args.dtypes}
             except EvalpipeError as exc:  # the 0.5B not fetched here: the others still run
                 print(f"\n### {w.label}: not run: {exc}", flush=True)
                 continue
-            run_engine(backends[w.model], build("W1", 2, 4))  # first-call costs, untimed
-        backend = backends[w.model]
-        fpt = flops_per_token(backend.model)
+            for backend in backends.values():
+                run_engine(backend, build("W1", 2, 4))  # first-call costs, untimed
+                print(f"evalpipe: {backend.log_line()}")
+            loaded[w.model] = backends
+        backends = loaded[w.model]
+        fpt = flops_per_token(backends["float32"].model)
         print(f"\nmodel {w.model}: {fpt / 1e6:.0f} MFLOP per token -> ceiling "
               f"{rate / fpt:.0f} tokens/s")
-        run_workload(args, w, backend, pythons, setting, fpt / rate, log)
+        run_workload(args, w, backends, pythons, setting, fpt / rate, log)
     print(f"\nnote: {cpu_line()}; load average {load_now():.1f} at the end")
     return 0
 

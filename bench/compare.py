@@ -60,11 +60,38 @@ class Run:
     completion_tokens: int = 0
     processed_tokens: int | None = None  # tokens fed to the model (evalpipe only)
     turns: int = 0
-    parity: tuple[int, int] | None = None  # (identical, compared) against evalpipe's
+    parity: tuple[int, int] | None = None  # (identical, compared) against its reference
+    parity_against: str = ""  # whose replies: evalpipe's unless said
+    replies: dict[str, list[str]] | None = None  # its own, a later row's reference
     parity_unit: str = "conversations"
     load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average before, after
     threads: str = ""  # who computed: the worker's busy threads and their CPUs
     notes: list[str] = field(default_factory=list)
+
+
+def best_against_best(runs: list[Run], ours: str, theirs: str) -> str | None:
+    """The peer at its best against evalpipe at its best: per round, the fastest of the
+    rows named `theirs`... over the fastest of the rows named `ours`... (each system's
+    dtypes and settings), as the median of the rounds and its range, with the rows that
+    were fastest; None where a round lacks either."""
+    per_round: dict[int, dict[str, Run]] = {}
+    for r in runs:
+        if not r.wall_s:
+            continue
+        side = ours if r.row.startswith(ours) else theirs if r.row.startswith(theirs) else None
+        if side is None:
+            continue
+        best = per_round.setdefault(r.round, {}).get(side)
+        if best is None or r.wall_s < best.wall_s:
+            per_round[r.round][side] = r
+    pairs = [(b[theirs], b[ours]) for b in per_round.values() if ours in b and theirs in b]
+    if not pairs:
+        return None
+    med, lo, hi = median_range([t.wall_s / o.wall_s for t, o in pairs])
+    rows_ours = ", ".join(dict.fromkeys(o.row for _, o in pairs))
+    rows_theirs = ", ".join(dict.fromkeys(t.row for t, _ in pairs))
+    return (f"{theirs} at its best ({rows_theirs}) over {ours} at its best ({rows_ours}), per "
+            f"round: **{med:.2f}x** ({_span(lo, hi, '.2f')})")
 
 
 def _span(lo: float, hi: float, fmt: str) -> str:
@@ -105,7 +132,8 @@ def summary(runs: list[Run], ceiling_s_per_token: float | None = None) -> list[d
         parities = [r.parity for r in ok if r.parity]
         parity = "-" if not parities else \
             f"{_span(min(p[0] for p in parities), max(p[0] for p in parities), 'd')}/" \
-            f"{parities[0][1]} {ok[0].parity_unit}"
+            f"{parities[0][1]} {ok[0].parity_unit}" + \
+            (f" (against {ok[0].parity_against})" if ok[0].parity_against else "")
         first = min(ok, key=lambda r: abs(r.wall_s - med))
         tokens = first.prompt_tokens + first.completion_tokens
         processed = first.processed_tokens if first.processed_tokens is not None else tokens
@@ -120,7 +148,8 @@ def summary(runs: list[Run], ceiling_s_per_token: float | None = None) -> list[d
 
 COLUMNS = [("system", "system"), ("runs", "runs ok"), ("wall", "wall s, median (range)"),
            ("ratio", "wall / evalpipe's, median (range)"),
-           ("parity", "replies identical to evalpipe's"), ("q/s", "questions/s"),
+           ("parity", "replies identical to evalpipe's (float32 unless said)"),
+           ("q/s", "questions/s"),
            ("tok/s", "tokens/s (prompt+completion tokens)"), ("ceiling", "share of ceiling"),
            ("threads", "threads that computed (cores used: CPUs allowed)"),
            ("load", "load before->after, per run"), ("note", "note")]

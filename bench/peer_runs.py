@@ -282,24 +282,27 @@ class Level:
     stream: bool
 
     def row(self, peer: str) -> str:
+        """`peer`: the system as its rows name it ("vllm", "vllm bfloat16")."""
         return f"{peer} c{self.concurrency} stream {'on' if self.stream else 'off'}"
 
 
 def vllm_command(python: Path, model_dir: str, served: str, port: int, max_seqs: int,
-                 kv_gib: int) -> tuple[list[str], dict[str, str]]:
+                 kv_gib: int, dtype: str = "float32") -> tuple[list[str], dict[str, str]]:
     """`vllm serve` at its documented best for a CPU machine, and its environment:
     no core kept back for the front end (VLLM_CPU_NUM_OF_RESERVED_CPU=0; by default it
     keeps one and then sets the worker's OMP_NUM_THREADS to the rest: 1 of 2 here),
     OpenMP threads bound by vLLM itself (VLLM_CPU_OMP_THREADS_BIND=auto, one thread per
     physical core), a KV cache sized for the workloads (VLLM_CPU_KVCACHE_SPACE), and
-    dev mode for /reset_prefix_cache between levels."""
+    dev mode for /reset_prefix_cache between levels. `dtype`: float32, or bfloat16 (its
+    CPU build's default for bfloat16 checkpoints, and its fastest with AVX512_BF16 or
+    AMX; the float32 folder's weights are rounded at load, as evalpipe's copy is)."""
     env = {**os.environ, **OFFLINE, "VLLM_TARGET_DEVICE": "cpu",
            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_OMP_THREADS_BIND": "auto",
            "VLLM_CPU_KVCACHE_SPACE": str(kv_gib), "VLLM_SERVER_DEV_MODE": "1"}
     env.pop("OMP_NUM_THREADS", None)  # vLLM sets it per worker from the binding
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
            "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port),
-           "--dtype", "float32", "--max-num-seqs", str(max_seqs), "--seed", "0"]
+           "--dtype", dtype, "--max-num-seqs", str(max_seqs), "--seed", "0"]
     return cmd, env
 
 
@@ -321,11 +324,17 @@ def llamacpp_command(python: Path, gguf: str, served: str, port: int,
 
 def server_side(peer: str, cmd: list[str], env: dict[str, str], port: int, w: Workload,
                 served: str, levels: list[Level], ours: dict[str, list[str]], rnd: int,
-                s: Setting, extra_body: dict[str, Any] | None = None) -> list[Run]:
+                s: Setting, extra_body: dict[str, Any] | None = None, row: str = "",
+                references: dict[str, tuple[str, dict[str, list[str]]]] | None = None
+                ) -> list[Run]:
     """Start the server, warm it up, run `w` at each level (timed, its process tree read
     before and after), stop it. vLLM's worker must compute on as many cores as evalpipe
-    uses; if it does not, its rows are refused."""
+    uses; if it does not, its rows are refused. `row`: how its rows are named (default
+    `peer`); `references`: per level row, another reference for its parity than
+    evalpipe's replies `ours` (whose, the replies)."""
     from evalpipe.backends import load_backend
+
+    row = row or peer
 
     def backend(level: Level):
         return load_backend({"id": peer, "backend": "openai", "model": served,
@@ -335,7 +344,7 @@ def server_side(peer: str, cmd: list[str], env: dict[str, str], port: int, w: Wo
                              "extra_body": extra_body or {}})
 
     def refused(why: str, threads: str = "") -> list[Run]:
-        return [Run(level.row(peer), rnd, error=why, threads=threads) for level in levels]
+        return [Run(level.row(row), rnd, error=why, threads=threads) for level in levels]
 
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "server.log"
@@ -362,9 +371,11 @@ def server_side(peer: str, cmd: list[str], env: dict[str, str], port: int, w: Wo
                     note = ["prefix cache NOT reset (warm from the run before)"]
                 with measured(server.pid) as m:
                     r = run_engine(backend(level), w, batch_size=level.concurrency)
-                run = from_engine(level.row(peer), rnd, w, r, ours, m["occupancy"])
+                against, reference = (references or {}).get(level.row(row), ("", ours))
+                run = from_engine(level.row(row), rnd, w, r, reference, m["occupancy"])
+                run.parity_against, run.replies = against, r["replies"]
                 run.notes += note
-                s.log(f"[{peer}] {level.row(peer)}: {r['wall_s']:.1f} s; {run.threads}")
+                s.log(f"[{peer}] {level.row(row)}: {r['wall_s']:.1f} s; {run.threads}")
                 runs.append(run)
             return runs
         finally:

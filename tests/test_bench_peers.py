@@ -192,3 +192,40 @@ def test_concurrency_levels():
     assert [(lv.concurrency, lv.stream) for lv in levels] == [(64, False), (160, False),
                                                               (160, True)]
     assert levels[2].row("vllm") == "vllm c160 stream on"
+
+
+def test_each_system_at_its_best_against_the_other_at_its_best():
+    """With rows at two dtypes, the line under a table sets the fastest vLLM row of each
+    round against the fastest evalpipe row of the same round."""
+    runs = [Run("evalpipe", 0, 10.0), Run("evalpipe bfloat16", 0, 8.0),
+            Run("vllm c16 stream off", 0, 16.0), Run("vllm bfloat16 c16 stream off", 0, 12.0),
+            Run("evalpipe", 1, 11.0), Run("evalpipe bfloat16", 1, 10.0),
+            Run("vllm c16 stream off", 1, 13.0), Run("vllm bfloat16 c16 stream off", 1, 15.0),
+            Run("llama.cpp c4 stream off", 1, 5.0)]
+    line = compare.best_against_best(runs, "evalpipe", "vllm")
+    # round 1: 12 / 8 = 1.50; round 2: 13 / 10 = 1.30
+    assert "**1.40x** (1.30-1.50)" in line
+    assert "(vllm bfloat16 c16 stream off, vllm c16 stream off)" in line
+    assert "(evalpipe bfloat16)" in line
+    assert compare.best_against_best(runs[:2], "evalpipe", "vllm") is None
+
+
+def test_a_bfloat16_row_says_whose_replies_it_is_counted_against():
+    runs = [Run("evalpipe", 0, 10.0, questions=4), Run("evalpipe bfloat16", 0, 8.0, questions=4,
+                                                      parity=(3, 4),
+                                                      parity_against="evalpipe float32")]
+    rows = {r["system"]: r for r in compare.summary(runs)}
+    assert rows["evalpipe bfloat16"]["parity"] == "3/4 conversations (against evalpipe float32)"
+    assert rows["evalpipe bfloat16"]["ratio"] == "**0.80x** (0.80)"
+
+
+def test_vllm_runs_at_the_dtype_asked_for(tmp_path):
+    import bench_peers
+    import peer_runs
+
+    cmd, _ = peer_runs.vllm_command(tmp_path / "python", "/m", "m", 8000, 16, kv_gib=4,
+                                    dtype="bfloat16")
+    assert cmd[cmd.index("--dtype") + 1] == "bfloat16"
+    assert bench_peers.named("vllm", "bfloat16") == "vllm bfloat16"
+    assert bench_peers.named("evalpipe", "float32") == "evalpipe"
+    assert peer_runs.Level(16, False).row("vllm bfloat16") == "vllm bfloat16 c16 stream off"
