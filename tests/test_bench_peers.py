@@ -229,3 +229,16 @@ def test_vllm_runs_at_the_dtype_asked_for(tmp_path):
     assert bench_peers.named("vllm", "bfloat16") == "vllm bfloat16"
     assert bench_peers.named("evalpipe", "float32") == "evalpipe"
     assert peer_runs.Level(16, False).row("vllm bfloat16") == "vllm bfloat16 c16 stream off"
+
+
+def test_the_dtype_run_reads_wall_time_and_peak_memory_from_time_v():
+    import bench_dtypes
+
+    report = ("\tCommand being timed: \"python -m evalpipe run\"\n"
+              "\tElapsed (wall clock) time (h:mm:ss or m:ss): 7:41.52\n"
+              "\tMaximum resident set size (kbytes): 9437184\n")
+    assert bench_dtypes.time_v(report) == (461.52, 9.0)
+    hours = report.replace("7:41.52", "1:02:03.5")
+    assert bench_dtypes.time_v(hours)[0] == 3723.5
+    with pytest.raises(ValueError):
+        bench_dtypes.time_v("no report")
