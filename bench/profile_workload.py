@@ -2,6 +2,7 @@
 
     python bench/profile_workload.py                       # W1, 48 questions
     python bench/profile_workload.py --workload W2 --n 16
+    python bench/profile_workload.py --dtype bfloat16
 
 Runs the workload once unprofiled (warm-up: kernels built, caches touched), then
 once under torch's profiler, with every C kernel call (panel products, decode
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=48)
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--top", type=int, default=15, help="torch operators listed")
+    ap.add_argument("--dtype", default="float32", help="the weights' dtype")
     add_threads_option(ap)
     args = ap.parse_args(argv)
     threads = use_threads(args.threads)
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     from evalpipe.backends import load_backend
 
     w = build(args.workload, args.n, args.max_new_tokens)
-    backend = load_backend({"id": w.model, "dtype": "float32"})
+    backend = load_backend({"id": w.model, "dtype": args.dtype})
     print(f"{cpu_line()}; torch threads {threads}; torch {torch.__version__}")
     print(f"{w.label}: {len(w.questions)} questions, {w.max_new_tokens} new tokens")
     print(backend.log_line())
