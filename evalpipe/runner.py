@@ -107,8 +107,14 @@ class Run:
     def __init__(self, config: RunConfig, out_root: Path, *, resume: Path | None = None,
                  retry_infra: bool = False, echo: Callable[[str], None] = _silent,
                  progress: bool = False, backends: BackendFactory = load_backend):
+        # Absolute from the start, so that no later change of folder moves what the run
+        # writes or reads at its end (the config records its paths as written: its hash).
+        out_root, resume = Path(os.path.abspath(out_root)), resume and Path(os.path.abspath(resume))
         self.config, self.out_root, self.echo, self.progress = config, out_root, echo, progress
         self.backends = backends
+        judge = config.judge
+        self.judge = judge and judge.model_copy(
+            update={"labels": judge.labels and os.path.abspath(judge.labels)})
         self.shard = parallel.Shard.from_environment(config.hash())
         if retry_infra and resume is None:
             raise InputError("--retry-infra re-runs the infra errors of an earlier run",
@@ -279,8 +285,8 @@ class Run:
                                  "path": str(cache.path),
                                  **({"problem": cache.problem} if cache.problem else {})}
             self.echo(f"generation cache: {cache.hits} replies reused, {cache.misses} generated")
-        if self.config.judge is not None:
-            manifest["judge"] = run_judge(store, self.config.judge, cache, self.echo)
+        if self.judge is not None:
+            manifest["judge"] = run_judge(store, self.judge, cache, self.echo)
         scores = score_run(store)
         # Each sample once: the groups count it under its suite and again under "all".
         infra = sum(bool(s.get("infra")) for s in scores["samples"])
