@@ -141,7 +141,7 @@ class QuestionLimitsSection(Section):
 Format = Annotated[str, FORMATS.check()]
 Toolset = Annotated[str, TOOLSETS.check()]
 RetrievalMethod = Annotated[str, RETRIEVERS.check()]
-# package.module:function, a user's tool (imported when the config is read)
+# package.module:function, a user's tool (described by a worker when the config is read)
 CustomTool = Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
 
 
@@ -493,8 +493,8 @@ def _name_from(source: str) -> str:
 
 
 def _check_custom_tools(spec: RunConfig, source: str, text: str | None) -> None:
-    """Import each custom tool (trusted code: it runs with evalpipe's permissions) and
-    refuse a name that another tool of the run already has."""
+    """Describe each custom tool (its module is imported in a worker process, never in
+    this one) and refuse a name that another tool of the run already has."""
     taken = {tool.name for toolset in spec.toolsets for tool in TOOLSETS[toolset]}
     if any(r.mode == "tool" for r in spec.retrieval):
         taken.add(SEARCH_TOOL)

@@ -1,20 +1,19 @@
 """Built-in tools and named toolsets.
 
 Every tool is bounded: numbers are checked by schema, power and fib refuse
-inputs whose results would take unbounded time or memory.
+inputs whose results would take unbounded time or memory. Being pure, bounded
+functions of checked arguments, they run in the run's own process (a call costs
+microseconds); the user's own tools run in worker processes (tools/custom.py).
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import math
-import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from evalpipe.errors import InputError
 from evalpipe.registry import Registry
+from evalpipe.tools.custom import tool_from_callable
 from evalpipe.tools.registry import Tool, ToolLimits, Toolset
 
 MAX_FIB_N = 1000
@@ -110,50 +109,6 @@ TOOLSETS.add("none", [])
 TOOLSETS.add("calculator", CALCULATOR)
 TOOLSETS.add("math", CALCULATOR + [BUILTIN_TOOLS[n] for n in ("power", "sqrt", "fib")])
 TOOLSETS.add("question", [])  # only the schema-only tools each question lists in its "tools"
-
-_PY_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean"}
-
-
-def tool_from_callable(spec: str, *, file: str | None = None, line: int | None = None,
-                       field: str = "custom_tools") -> Tool:
-    """A user tool from 'package.module:function'; the schema comes from type hints
-    (int, float, str, bool; `from __future__ import annotations` is fine: the hints are
-    resolved) and the description from the docstring. Errors name `field` (and the
-    config's file and line when given). The module is imported and the function runs
-    in this process: trusted code, with evalpipe's permissions (the thread a call runs
-    in bounds its time, not what it may do)."""
-
-    def fail(message: str, expected: str) -> InputError:
-        return InputError(message, file=file, line=line, field=field, expected=expected)
-
-    module_name, _, attr = spec.partition(":")
-    try:
-        fn: Callable[..., Any] = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise fail(f"cannot import tool {spec!r} ({type(exc).__name__}: {exc})",
-                   "'package.module:function' importable from the current folder or "
-                   "PYTHONPATH (docs/questions.md, \"Custom tools\")") from exc
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception as exc:  # a hint that names something undefined, or a bad one
-        raise fail(f"tool {spec!r}: its type hints cannot be resolved "
-                   f"({type(exc).__name__}: {exc})", "int, float, str or bool annotations"
-                   ) from exc
-    props, required = {}, []
-    for name, param in inspect.signature(fn).parameters.items():
-        kind = _PY_TYPES.get(hints.get(name))  # type: ignore[arg-type]
-        if kind is None:
-            shown = hints.get(name, "none")
-            raise fail(f"tool {spec!r}: parameter {name!r} has no simple type hint "
-                       f"(got {getattr(shown, '__name__', shown)})",
-                       "int, float, str or bool annotations")
-        props[name] = {"type": kind}
-        if param.default is inspect.Parameter.empty:
-            required.append(name)
-    params = {"type": "object", "properties": props, "required": required,
-              "additionalProperties": False}
-    return Tool(fn.__name__, inspect.getdoc(fn) or fn.__name__, params, fn)
-
 
 SEARCH_TOOL = "search_site"  # the retrieval tool of cells with retrieval mode `tool`
 

@@ -3,8 +3,15 @@
 Model output is untrusted. A call runs only after its name is found among the
 tools offered and its arguments validate against the tool's JSON schema; every
 failure (unknown tool, bad arguments, an exception, a timeout, a result JSON
-cannot hold) becomes a ToolEvent with an error that is shown to the model, never
-an exception that stops the run; an over-long result is cut to the limit.
+cannot hold or that is not valid Unicode) becomes a ToolEvent with an error that
+is shown to the model, never an exception that stops the run; an over-long
+result is cut to the limit.
+
+Where a call runs: evalpipe's own tools (tools/builtin.py: bounded, pure
+functions of their checked arguments) in this process, under a thread that
+bounds their time; the user's own tools in a worker process (tools/custom.py),
+which gives back the result as text. Both kinds of result are checked here, by
+the same rules.
 """
 
 from __future__ import annotations
@@ -46,13 +53,53 @@ def _describe(exc: BaseException) -> str:
     return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS] + "..."
 
 
+def _bounded(message: str) -> str:
+    """A message as the model and the run's files can hold it: a lone surrogate written
+    as its escape, and at most MAX_MESSAGE_CHARS characters."""
+    text = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS] + "..."
+
+
+def unicode_problem(text: str) -> str | None:
+    """Why text is not valid Unicode (a lone surrogate, which no UTF-8 file or prompt
+    can hold); None when it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate U+{ord(text[exc.start]):04X} at character {exc.start}"
+    return None
+
+
 def result_json(result: Any) -> str:
     """A tool result as the JSON text the model is shown. Raises ValueError for what
-    JSON cannot hold: NaN, an int over 4,300 digits, a set, a cycle, deep nesting."""
+    JSON cannot hold (NaN, an int over 4,300 digits, a set, a cycle, deep nesting) and
+    for text that is not valid Unicode."""
     try:
-        return json.dumps(result, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(result, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise ValueError(_describe(exc)) from None
+    problem = unicode_problem(text)
+    if problem:
+        raise ValueError(f"not valid Unicode ({problem})")
+    return text
+
+
+@dataclass
+class Reply:
+    """A tool's result as text: the string it returned, or the JSON of what it returned
+    (`is_json`); cut to the limit where `truncated`."""
+
+    text: str
+    is_json: bool
+    truncated: bool = False
+
+
+class ToolFailure(Exception):
+    """A call that gave no result: (error kind, message), as the ToolEvent records them."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(kind, message)
+        self.kind, self.message = kind, message
 
 
 @dataclass
@@ -60,8 +107,15 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]  # JSON schema of the arguments object
-    fn: Callable[..., Any] | None  # None: schema-only, never run (tools/schema_only.py)
+    fn: Callable[..., Any] | None = None  # run in this process: evalpipe's own tools
     parallel_safe: bool = True  # pure tools may run concurrently
+    # run elsewhere, the result back as text: the user's own tools (tools/custom.py)
+    remote: Callable[[dict[str, Any], ToolLimits], Reply] | None = None
+
+    @property
+    def schema_only(self) -> bool:
+        """Offered, never run (tools/schema_only.py)."""
+        return self.fn is None and self.remote is None
 
     def schema(self) -> dict[str, Any]:
         """OpenAI-style function definition, the form chat templates expect."""
@@ -140,32 +194,61 @@ class Toolset:
         if problem:
             event.error, event.error_message = problem
             return event
-        fn = self.tools[call.name].fn
-        if fn is None:  # schema-only: validated, never run
+        tool = self.tools[call.name]
+        if tool.schema_only:  # validated, never run
             event.result = self.stub_result
             return event
         start = time.perf_counter()
         try:
-            result = run_bounded(fn, call.arguments, self.limits.timeout_s)
-        except ToolTimeout:
-            event.error = "timeout"
-            event.error_message = f"no result within {self.limits.timeout_s} s"
-        except Exception as exc:  # noqa: BLE001 -- a tool's own failure is reported to the model
-            event.error, event.error_message = "tool_exception", _describe(exc)
-        else:
-            try:
-                text = result if isinstance(result, str) else result_json(result)
-            except ValueError as exc:  # a 7,999-digit product, NaN, a set: not a result
-                event.error = "bad_result"
-                event.error_message = f"the tool's result cannot be shown: {exc}"
-            else:
-                if len(text) > self.limits.max_result_chars:
-                    event.truncated = True
-                    result = text[: self.limits.max_result_chars] + " [truncated]"
-                event.result = result
+            event.result, event.truncated = self._run(tool, call.arguments)
+        except ToolFailure as failure:
+            event.error, event.error_message = failure.kind, _bounded(failure.message)
         finally:
             event.ms = (time.perf_counter() - start) * 1000
         return event
+
+    def _run(self, tool: Tool, arguments: dict[str, Any]) -> tuple[Any, bool]:
+        """The result the model is shown and whether it was cut; ToolFailure when there
+        is none."""
+        limit = self.limits.max_result_chars
+        if tool.remote is not None:
+            reply = tool.remote(arguments, self.limits)
+            value: Any = _UNREAD
+        else:
+            assert tool.fn is not None
+            try:
+                value = run_bounded(tool.fn, arguments, self.limits.timeout_s)
+            except ToolTimeout:
+                raise ToolFailure("timeout", f"no result within {self.limits.timeout_s} s"
+                                  ) from None
+            except Exception as exc:  # noqa: BLE001 -- a tool's own failure is reported
+                raise ToolFailure("tool_exception", _describe(exc)) from None
+            try:
+                reply = Reply(value, False) if isinstance(value, str) else \
+                    Reply(result_json(value), True)
+            except ValueError as exc:  # a 7,999-digit product, NaN, a set: not a result
+                raise ToolFailure("bad_result", f"the tool's result cannot be shown: {exc}"
+                                  ) from None
+        cut = reply.truncated or len(reply.text) > limit
+        text = reply.text[:limit]
+        problem = unicode_problem(text)
+        if problem:
+            raise ToolFailure("bad_result", f"the tool's result is not valid Unicode ({problem})")
+        if cut:
+            return text + " [truncated]", True
+        if not reply.is_json:
+            return text, False
+        if value is _UNREAD:  # the JSON a worker sent: read back, and checked once more
+            try:
+                value = json.loads(reply.text)
+                result_json(value)
+            except (ValueError, RecursionError) as exc:
+                raise ToolFailure("bad_result", f"the tool's result cannot be shown: "
+                                                f"{_describe(exc)}") from None
+        return value, False
+
+
+_UNREAD = object()  # a result not yet read from its JSON text
 
 
 class ToolTimeout(Exception):
