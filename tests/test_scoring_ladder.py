@@ -382,3 +382,15 @@ def test_a_search_that_timed_out_and_ran_on_the_retry_is_the_search_step():
         turn["index"] = i
     out = score_sample(sample, RAG)
     assert (out["category"], out["plan_exact"]) == ("correct", True), out["why"]
+
+
+@pytest.mark.parametrize("reply, category", [
+    ("It has 32 GB of RAM.", "hallucinated_answer"),
+    ("ong-tho-3 is a Dell box.", "hallucinated_answer"),
+    ("How much RAM does ong-tho-3 have?", "wrong_answer"),     # the question again
+    ("", "wrong_answer"),                                     # nothing at all
+    ("The RAM ong-tho-3 has", "wrong_answer"),                 # its own words, restated
+])
+def test_an_abstain_question_answered_with_nothing_is_no_hallucinated_answer(reply, category):
+    out = score_sample(make_sample(ABSTAIN, reply, toolset="none"), ABSTAIN)
+    assert out["category"] == category, out["why"]

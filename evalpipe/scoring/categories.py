@@ -33,7 +33,9 @@ The ladder (docs/scoring.md, "Failure categories"):
 12. misreported_result   the (non-empty) gold plan matched, the final answer does not
 13. retrieval_miss       RAG question, no gold passage among the chunks shown
 14. misread_context      RAG question, a gold passage was shown, answer wrong
-15. hallucinated_answer  gold is abstain, the model answered anyway
+15. hallucinated_answer  gold is abstain, the model answered anyway (a reply that is
+                         empty or only restates the question answered nothing:
+                         wrong_answer)
 16. wrong_answer         anything else
 
 A "RAG question" has gold passages and ran in a cell with retrieval (prepend or
@@ -101,6 +103,7 @@ class Facts:
     searched: bool | None = None  # implied-search plan: a search ran; None: no such plan
     tool_failure: bool = False  # a tool failed the model (plan.tool_failed)
     tool_recovered: bool = False  # a call the tool failed was retried identically and ran
+    answered: bool = True  # the reply says something beyond the question (abstain golds)
     repeated_call: bool = False  # a call repeated one whose result had come back
     off_plan: bool = False  # a call no gold step asks for (wrong tool, arguments, order, extra)
 
@@ -168,6 +171,9 @@ def decide(f: Facts) -> Verdict:
             return _verdict("misread_context", "a gold passage was shown; the answer is wrong")
         return _verdict("retrieval_miss", "no chunk shown covers a gold passage; "
                         "the answer is wrong")
-    if f.abstain_gold:
+    if f.abstain_gold and f.answered:
         return _verdict("hallucinated_answer", "the gold is abstain; the model answered")
+    if f.abstain_gold:
+        return _verdict("wrong_answer", "the gold is abstain; the reply neither abstains nor "
+                        "says anything beyond the question")
     return _verdict("wrong_answer", "the answer is wrong; no earlier rule applies")

@@ -279,7 +279,7 @@ def facts(sample: SampleRecord, question: Question, gold: Gold, m: AnswerMatch,
         gold_shown=retrieval.gold_shown, abstain_gold=gold.answer_type == "abstain",
         searched=bool(result and result.matched) if plan.implied_search else None,
         tool_failure=tool_failed(sample.get("turns") or [], plan.steps),
-        tool_recovered=plan.recovered,
+        tool_recovered=plan.recovered, answered=m.answered,
         repeated_call=plan.repeated, off_plan=plan.off_plan)
 
 

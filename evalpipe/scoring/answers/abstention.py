@@ -434,6 +434,19 @@ def abstention(reply: str, echoes: frozenset = frozenset(),
 _LACKS = frozenset({"lack", "only", "not_yet", "premise"})
 
 
+def states_something(reply: str, asked: frozenset[str]) -> bool:
+    """Whether a clause of the reply says something beyond the question: not a question,
+    an offer, nor the question's own words again. An empty reply, or one that restates
+    the question ("What is the Wi-Fi password of the office?"), answers nothing."""
+    for piece in _SPLIT.split(reply or ""):
+        key = text_key(piece)
+        if not key or piece.rstrip().endswith("?") or _OFFER.match(piece):
+            continue
+        if set(key.split()) - asked - _NOT_PREMISE:
+            return True
+    return False
+
+
 def _guesses(piece: str) -> bool:
     key = f" {text_key(piece)} "
     return any(f" {g} " in key for g in _GUESS)

@@ -39,7 +39,7 @@ from typing import Any
 
 from evalpipe.answer_line import final_answer_span
 from evalpipe.scoring.answers import candidates, latex, quantities
-from evalpipe.scoring.answers.abstention import abstention, premise_words
+from evalpipe.scoring.answers.abstention import abstention, premise_words, states_something
 from evalpipe.scoring.answers.extract import (
     Number,
     abstain_phrase,
@@ -146,6 +146,7 @@ class AnswerMatch:
     reply_key: str
     rule: str = "none"  # which extraction rule read the answer (docs/scoring.md)
     decided: bool = True  # False: the rules abstain; `exact` is their best reading
+    answered: bool = True  # says something beyond the question (read for abstain golds)
 
 
 def _decimals(value: float) -> int:
@@ -455,7 +456,8 @@ def _abstain_match(reply: str, reply_key: str, gold: Gold, variant: Variant,
                         and abstain_phrase_loose(strip_diacritics(key)) is not None)
     if on_line:
         rule = "final_line+" + rule
-    return AnswerMatch(exact, strict, lenient, phrase, exact, False, reply_key, rule)
+    return AnswerMatch(exact, strict, lenient, phrase, exact, False, reply_key, rule,
+                       answered=exact or states_something(reply, gold.question_words))
 
 
 def match_answer(reply: str, gold: Gold, variant: str = DEFAULT_VARIANT) -> AnswerMatch:
