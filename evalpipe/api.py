@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from evalpipe._report.compare import Comparison
     from evalpipe.backends import Backend, ModelEntry
     from evalpipe.config import RunConfig
+    from evalpipe.records import Scores
 
 @dataclass(frozen=True)
 class RunResult:
@@ -98,8 +99,8 @@ def run(config: str | Path | dict[str, Any] | RunConfig | None = None, *,
         if given:
             raise InputError("a resumed run keeps its recorded config", field=given[0],
                              expected="no overrides with resume")
-        manifest = RunStore(resume).read_json("manifest.json")
-        cfg = parse_config(manifest["config"], source=manifest.get("config_source", str(resume)))
+        manifest = RunStore(resume).read_manifest()
+        cfg = parse_config(manifest.config.as_dict(), source=manifest.config_source or str(resume))
     elif config is None:
         raise TypeError("run() needs a config or resume=")
     else:
@@ -110,7 +111,7 @@ def run(config: str | Path | dict[str, Any] | RunConfig | None = None, *,
     return RunResult(Path(run_dir), helper_rank=parallel.rank_world()[0] > 0)
 
 
-def score(run_dir: str | Path, *, k: int | None = None) -> dict[str, Any]:
+def score(run_dir: str | Path, *, k: int | None = None) -> Scores:
     """Recompute scores.json and table.md of a run with the current scorer (no model)."""
     from evalpipe.runner import score_run
     from evalpipe.store import RunStore

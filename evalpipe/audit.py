@@ -124,7 +124,7 @@ def audit_run(run_dir: str | Path, sample: int = 8, seed: int = 0,
               echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Generate the chosen turns again under each condition; write and return audit.json."""
     store = RunStore(run_dir)
-    manifest = store.read_json("manifest.json")
+    manifest = store.read_manifest()
     samples = store.read_samples()
     if not samples:
         raise InputError("the run has no samples to audit", file=str(store.samples_path))
@@ -173,7 +173,7 @@ def audit_run(run_dir: str | Path, sample: int = 8, seed: int = 0,
         record(f"batch 1 {other}", 1, other, turns,
                _generate(model.model_copy(update={"dtype": other}).load(), turns, 1))
     audit = {
-        "run_id": manifest.get("run_id"), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run_id": manifest.run_id, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "sample": sample, "seed": seed, "turns": sum(len(v) for v in chosen.values()),
         "conditions": conditions,
         "cells": [{"cell_id": c, "turns": len(chosen[c]), "results": results[c]}

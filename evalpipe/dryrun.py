@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import time
 from collections.abc import Hashable
 from pathlib import Path
@@ -28,9 +27,9 @@ from evalpipe.config import RunConfig
 from evalpipe.engine import Engine
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.probe import PROBE_FILE
-from evalpipe.records import Generation
+from evalpipe.records import CellRecord, Generation, Manifest
 from evalpipe.runplan import RunPlan
-from evalpipe.store import RunStore, machine
+from evalpipe.store import RunStore, machine, read_run_file
 
 NOT_CACHED = "not in the reply cache"
 
@@ -101,32 +100,33 @@ class _CacheOnly(GenerationSession):
         return out
 
 
-def _manifests(out_root: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Runs under `out_root` (finished or not), newest first."""
+def _manifests(out_root: Path) -> list[tuple[Path, Manifest]]:
+    """Runs under `out_root` (finished or not; not those whose manifest is unreadable),
+    newest first."""
     found = []
     for path in out_root.glob("*/manifest.json"):
         if path.parent.is_symlink():
             continue
         try:
-            manifest = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            manifest = read_run_file(path, Manifest)
+        except (OSError, InputError):
             continue
-        if isinstance(manifest, dict) and manifest.get("started"):
+        if manifest.started:
             found.append((path.parent, manifest))
-    return sorted(found, key=lambda pm: pm[1]["started"], reverse=True)
+    return sorted(found, key=lambda pm: pm[1].started or "", reverse=True)
 
 
-def _cells_of(manifest: dict[str, Any], model: ModelEntry) -> list[dict[str, Any]]:
+def _cells_of(manifest: Manifest, model: ModelEntry) -> list[CellRecord]:
     recorded = model.record()
-    return [c for c in (manifest.get("cells") or {}).values()
-            if (c.get("settings") or {}).get("model") == recorded]
+    return [c for c in manifest.cells.values()
+            if c.settings_dict().get("model") == recorded]
 
 
 def _seconds(stamp: str) -> float:
     return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z"))
 
 
-def last_run_rate(runs: list[tuple[Path, dict[str, Any]]], model: ModelEntry
+def last_run_rate(runs: list[tuple[Path, Manifest]], model: ModelEntry
                   ) -> tuple[dict[str, Any] | None, list[str]]:
     """Seconds per generated sample in the newest finished run on this machine that
     ran only this model (its model load and scoring included); and, for the newer runs
@@ -134,13 +134,12 @@ def last_run_rate(runs: list[tuple[Path, dict[str, Any]]], model: ModelEntry
     here = machine()
     skipped: list[str] = []
     for path, manifest in runs:
-        cells = manifest.get("cells") or {}
         if not _cells_of(manifest, model):
             continue
-        why = ("not finished" if not manifest.get("finished") else
-               "other models too" if len(_cells_of(manifest, model)) != len(cells) else
-               "another machine" if manifest.get("machine") != here else
-               "resumed: its time spans more than one sitting" if manifest.get("resumed")
+        why = ("not finished" if not manifest.finished else
+               "other models too" if len(_cells_of(manifest, model)) != len(manifest.cells)
+               else "another machine" if manifest.machine != here else
+               "resumed: its time spans more than one sitting" if manifest.resumed
                else None)
         generated, probed = 0, 0.0
         if why is None:
@@ -160,7 +159,7 @@ def last_run_rate(runs: list[tuple[Path, dict[str, Any]]], model: ModelEntry
         if why is not None:
             skipped.append(f"{path.name} ({why})")
             continue
-        elapsed = _seconds(manifest["finished"]) - _seconds(manifest["started"]) - probed
+        elapsed = _seconds(manifest.finished or "") - _seconds(manifest.started or "") - probed
         return {"run": path.name, "seconds_per_sample": elapsed / generated,
                 "generated": generated, "elapsed_s": elapsed}, skipped
     return None, skipped
@@ -178,7 +177,7 @@ def make_plan(config: RunConfig, *, out_root: Path = Path("outputs"),
     for group in plan.models():
         model, model_cells = group.model, group.cells
         earlier = next((_cells_of(m, model)[0] for _, m in runs if _cells_of(m, model)), None)
-        facts = (earlier or {}).get("model")
+        facts = earlier.model if earlier is not None else None
         renderer, note = None, None
         if isinstance(model, TransformersModel):
             source = template_source(model.id)

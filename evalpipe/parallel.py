@@ -36,7 +36,8 @@ from typing import Any, TypeVar
 from evalpipe import jsonl
 from evalpipe.errors import InfraError, InputError
 from evalpipe.identity import sample_key
-from evalpipe.store import run_name_problem
+from evalpipe.records import Manifest
+from evalpipe.store import read_run_file, run_name_problem
 
 T = TypeVar("T")
 RUN_ID_ENV = "EVALPIPE_RUN_ID"
@@ -220,10 +221,9 @@ def _question_order(run_dir: Path) -> dict[str, int]:
 
 def _manifest_cells(run_dir: Path) -> list[str]:
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return list(read_run_file(run_dir / "manifest.json", Manifest).cells)
+    except (OSError, InputError):
         return []
-    return list((manifest.get("cells") or {}).keys())
 
 
 # -- agreeing on the run id ---------------------------------------------------------------------
@@ -335,9 +335,8 @@ class Shard:
             earlier = manifest.exists()
         else:
             try:
-                earlier = json.loads(manifest.read_text(encoding="utf-8")).get("launch") \
-                    != self.token
-            except (OSError, ValueError):  # no manifest yet: rank 0 has not begun
+                earlier = read_run_file(manifest, Manifest).launch != self.token
+            except (OSError, InputError):  # no manifest yet: rank 0 has not begun
                 earlier = False
         if earlier:
             raise InputError(f"run directory {run_dir} exists already: a new run does not "
@@ -354,13 +353,13 @@ class Shard:
             return alone
         return lambda samples: append_part(run_dir, self.rank, samples)
 
-    def begin(self, run_dir: Path, manifest: dict[str, Any] | None = None) -> None:
+    def begin(self, run_dir: Path, manifest: Manifest | None = None) -> None:
         """Before the first sample: cut a torn line off this rank's part (a killed
-        rank), and on rank 0 record the launch in the manifest."""
+        rank), and on rank 0 record the launch in the manifest it begins with."""
         if self.alone:
             return
         if manifest is not None:
-            manifest.update(world_size=self.world, launch=self.token)
+            manifest.world_size, manifest.launch = self.world, self.token
         run_dir.mkdir(parents=True, exist_ok=True)
         repair_part(run_dir, self.rank)
 

@@ -1,10 +1,12 @@
-"""The records that flow between stages.
+"""The records that flow between stages, and the files of a run directory.
 
 Everything here is plain data: dataclasses that serialise to JSON with
-`to_dict`, and TypedDicts (at the end) that say what each field of a record
-means once it is read back from samples.jsonl or scores.json. A sample holds
-what happened during generation, never a judgement; scores are computed from it
-later.
+`to_dict`; TypedDicts that say what each field of a record means once it is read
+back from samples.jsonl or scores.json; and the manifest. A sample holds what
+happened during generation, never a judgement; scores are computed from it later.
+manifest.json (`Manifest`) and scores.json (`Scores`) are declared here and read
+back through these types (store.read_run_file): a file that does not fit is named
+with the field that does not, and keys this version does not know are kept.
 
 SCHEMA_VERSION is written into the manifest, every sample and every scored
 sample. Records without it come from runs made before it existed (version 0);
@@ -14,7 +16,10 @@ readers accept them, since every field added later has a default.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, NotRequired, TypedDict
+from typing import Annotated, Any, NotRequired
+
+from pydantic import BaseModel, ConfigDict, Field, with_config
+from typing_extensions import TypedDict  # pydantic checks these: typing's on Python 3.12 only
 
 SCHEMA_VERSION = 1
 
@@ -175,8 +180,13 @@ class Sample:
 
 
 # -- records as read back ----------------------------------------------------------------------
-# NotRequired: absent in runs written before the field existed.
+# NotRequired: absent in runs written before the field existed. Read back strictly (a
+# number is no text, text no number) and keeping the keys a newer version adds.
 
+READ = ConfigDict(strict=True, extra="allow")
+
+
+@with_config(READ)
 class ToolEventRecord(TypedDict):
     """One tool call the loop executed or refused (Turn.tool_events)."""
 
@@ -190,6 +200,7 @@ class ToolEventRecord(TypedDict):
     ms: float  # wall time of the call
 
 
+@with_config(READ)
 class TurnRecord(TypedDict):
     """One generation of the agent loop (Sample.turns)."""
 
@@ -215,6 +226,7 @@ class TurnRecord(TypedDict):
     malformed: NotRequired[str | None]  # why the server's reply did not fit the wire shape
 
 
+@with_config(READ)
 class SampleRecord(TypedDict):
     """A line of samples.jsonl: one question in one cell (Sample.to_dict)."""
 
@@ -238,6 +250,7 @@ class SampleRecord(TypedDict):
     schema_version: NotRequired[int]
 
 
+@with_config(READ)
 class ScoredWhy(TypedDict):
     """Why a scored sample got its category (ScoredSample.why)."""
 
@@ -247,6 +260,7 @@ class ScoredWhy(TypedDict):
     plan: dict[str, Any] | None  # gold steps matched and not; None: no plan applied
 
 
+@with_config(READ)
 class ScoredSample(TypedDict):
     """A sample of scores.json["samples"]: the judgement of one SampleRecord, exactly the
     keys scoring.score_sample writes (tests/test_scored_sample.py ties the two).
@@ -298,3 +312,160 @@ class ScoredSample(TypedDict):
     retrieval: NotRequired[dict[str, float] | None]  # recall@k, MRR, ...; None: no RAG
     why: NotRequired[ScoredWhy]  # the rung, its reason and the facts it read
     scorer_error: NotRequired[str]  # the scorer failed on this sample (category scorer_error)
+
+
+# -- scores.json ---------------------------------------------------------------------------------
+
+@with_config(READ)
+class Interval(TypedDict, total=False):
+    """A rate or a mean with its 95% interval (scoring.stats)."""
+
+    rate: float | None  # None: nothing to rate
+    n: int
+    lo: float | None
+    hi: float | None
+
+
+@with_config(READ)
+class GroupRecord(TypedDict):
+    """A row of scores.json["groups"]: one cell x suite (suite "all" too), as
+    scoring.aggregate writes it."""
+
+    cell_id: str
+    suite: str
+    n: NotRequired[int]
+    n_infra: NotRequired[int]
+    n_scorer_error: NotRequired[int]
+    n_tool_failure: NotRequired[int]
+    k: NotRequired[int | list[int] | None]
+    rates: NotRequired[dict[str, Interval]]
+    categories: NotRequired[dict[str, int]]
+    subtypes: NotRequired[dict[str, int]]
+    flags: NotRequired[dict[str, int]]
+    cost: NotRequired[dict[str, Any]]
+    repeats: NotRequired[dict[str, Any] | None]
+
+
+@with_config(READ)
+class UnscoredRecord(TypedDict):
+    """A sample the scorer failed on (its ScoredSample has the same error)."""
+
+    cell_id: str
+    question_id: str
+    repeat: int
+    scorer_error: str
+
+
+@with_config(READ)
+class VerdictCounts(TypedDict):
+    judge: int  # answer verdicts the judge gave
+    judge_models: list[str]
+    undecided: int  # the rules left undecided, and no judge decided
+
+
+@with_config(READ)
+class Scores(TypedDict):
+    """scores.json: every sample scored, the aggregates per cell x suite, and what the
+    scorer could not score; built by scoring.run.scores_of alone."""
+
+    run_id: str | None
+    scorer_version: str | None
+    k: NotRequired[int]  # the retrieval metrics' cut-off
+    schema_version: NotRequired[int]
+    groups: list[GroupRecord]
+    samples: list[ScoredSample]
+    unscored: NotRequired[list[UnscoredRecord]]
+    verdicts: NotRequired[VerdictCounts]
+    match: NotRequired[str]  # the argument rule set (scoring/plan.py)
+
+
+# -- manifest.json -------------------------------------------------------------------------------
+
+class _Read(BaseModel):
+    model_config = READ
+
+
+class ModelRef(_Read):
+    """A model entry as recorded (its backend's options beside the id)."""
+
+    id: str
+
+
+class RecordedConfig(_Read):
+    """The config as the manifest records it (config.RunConfig.to_dict): the keys readers
+    of a run use are typed here; parse_config reads it whole (`as_dict`)."""
+
+    name: str | None = None
+    models: list[str | ModelRef] | None = None
+    match: str | None = None
+    k: Annotated[int, Field(ge=1)] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(exclude_unset=True)
+
+
+class CellSettings(_Read):
+    """A cell's settings as recorded with it and with each of its samples."""
+
+    model: str | ModelRef | None = None
+    format: str | None = None
+    toolset: str | None = None
+    retrieval: dict[str, Any] | None = None
+
+
+class CellRecord(_Read):
+    """A cell of manifest.json["cells"], recorded when the cell starts."""
+
+    fingerprint: str | None = None  # everything that decides the cell's outputs, hashed
+    facets: dict[str, str | None] | None = None  # model, format, toolset, retrieval, method
+    settings: CellSettings | None = None
+    model: dict[str, Any] | None = None  # the backend's facts (Backend.describe)
+    served: dict[str, Any] | None = None  # what the server said it runs, where one does
+
+    def settings_dict(self) -> dict[str, Any]:
+        return self.settings.model_dump(exclude_unset=True) if self.settings else {}
+
+
+class Repeats(_Read):
+    requested: int | None = None
+    seeds: list[int] | None = None  # the sampling seed of each repeat
+
+
+class Manifest(_Read):
+    """manifest.json: what ran, where, with what, and where the run stands. Written by
+    the run store's steps alone (store.RunStore: begin, record_cell, warn, finish, end);
+    every key a step sets is written, the others are left out."""
+
+    run_id: str
+    config: RecordedConfig
+    schema_version: int = 0
+    # running | finished | interrupted | failed; a run made before statuses were
+    # recorded could be read only once it finished
+    status: str = "finished"
+    config_source: str | None = None
+    config_hash: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    ended: str | None = None  # when a run that did not finish stopped
+    resumed: list[str] = Field(default_factory=list)  # when it was resumed, each time
+    error: str | None = None  # why it did not finish
+    versions: dict[str, str | None] = Field(default_factory=dict)
+    git_commit: str | None = None
+    machine: dict[str, Any] = Field(default_factory=dict)
+    corpus_version: str | None = None
+    questions: Annotated[int, Field(ge=0)] | None = None  # how many the run holds
+    cells: dict[str, CellRecord] = Field(default_factory=dict)
+    repeats: Repeats | None = None
+    warnings: list[str] = Field(default_factory=list)
+    retries: list[dict[str, Any]] = Field(default_factory=list)  # each --retry-infra
+    cache: dict[str, Any] | None = None  # the generation cache's hits and misses
+    judge: dict[str, Any] | None = None  # what the judge did (evalpipe.judge)
+    world_size: int | None = None  # processes of a data-parallel run
+    launch: str | None = None  # which launch of it wrote this manifest
+
+    def cell(self, cell_id: str) -> CellRecord:
+        """The cell as recorded (empty where it was not)."""
+        return self.cells.get(cell_id) or CellRecord()
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)

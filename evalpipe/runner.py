@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,9 +26,25 @@ from evalpipe.errors import EvalpipeError, InputError, Interrupted
 from evalpipe.health import first_turn_tokens, ignored_tools
 from evalpipe.identity import sample_key
 from evalpipe.probe import probe_questions, run_probe
-from evalpipe.records import SCHEMA_VERSION
+from evalpipe.records import (
+    SCHEMA_VERSION,
+    CellRecord,
+    CellSettings,
+    Manifest,
+    RecordedConfig,
+    Repeats,
+    Scores,
+)
 from evalpipe.runplan import ModelCells, RunPlan
-from evalpipe.store import RunStore, git_commit, machine, new_run_id, package_versions, storage
+from evalpipe.store import (
+    RunStore,
+    git_commit,
+    machine,
+    new_run_id,
+    now,
+    package_versions,
+    storage,
+)
 
 # Loads the backend of a model entry: evalpipe.backends.load_backend, or a test's stand-in.
 BackendFactory = Callable[[ModelEntry], Backend]
@@ -123,11 +138,12 @@ class Run:
             raise InputError("--retry-infra runs in one process", field="WORLD_SIZE",
                              expected="a plain `evalpipe run --resume RUN_DIR --retry-infra`")
         self.retry_infra = retry_infra
-        self.resumed, self.begun = resume is not None, False
+        self.begun = False
+        self.earlier: Manifest | None = None  # the manifest of the run resumed
         if resume is not None:
             self.store = RunStore(resume)
-            self._manifest: dict[str, Any] | None = self.store.read_json("manifest.json")
-            self.run_id = self.manifest["run_id"]
+            self.earlier = self.store.read_manifest()
+            self.run_id = self.earlier.run_id
             self.plan = RunPlan.of(config, list(self.store.questions().values()))
         else:
             # Bad input fails here, before anything that looks like a run exists.
@@ -135,7 +151,6 @@ class Run:
             self.run_id = self.shard.run_id(out_root, config.hash(),
                                             lambda: new_run_id(config.name, config.hash()))
             self.store = RunStore(out_root / self.run_id)
-            self._manifest = None  # written by _begin, once the run starts
             self.shard.refuse_an_earlier_run(self.store.path)
         self.cells, self.questions = self.plan.cells, self.plan.questions
         self.write = self.shard.writer(self.store.path, self.store.append_retries
@@ -163,44 +178,26 @@ class Run:
                 raise
         return self.store.path
 
-    @property
-    def manifest(self) -> dict[str, Any]:
-        """The run's manifest: read on a resume, made by _begin on a fresh run."""
-        if self._manifest is None:
-            raise RuntimeError("the run's manifest is made when the run begins")
-        return self._manifest
-
     # -- rank 0 ----------------------------------------------------------------------------
     def _begin(self) -> None:
-        if self._manifest is None:
-            corpus = self.plan.corpus
-            self._manifest = {
-                "run_id": self.run_id, "schema_version": SCHEMA_VERSION, "status": "running",
-                "config": self.config.to_dict(),
-                "config_source": self.config.source, "config_hash": self.config.hash(),
-                "started": _now(), "versions": package_versions(), "git_commit": git_commit(),
-                "machine": machine(), "corpus_version": corpus.version if corpus else None,
-                "questions": len(self.questions), "cells": {},
-            }
-            self.store.write_questions(self.questions)
-            self.done: set[tuple[str, str, int]] = set()
-        else:
+        self.done: set[tuple[str, str, int]] = set()
+        if self.earlier is not None:
             self.store.fold_retries()  # a retry that was stopped keeps what it re-ran
             self.store.read_samples(repair=True)
             self.done = parallel.done_pairs(self.store.path)  # samples.jsonl and any part
-            self.manifest["status"] = "running"
-            self.manifest.pop("error", None)
-            self.manifest.setdefault("resumed", []).append(_now())
         self.retrying: Counter[str] = Counter()
         self.retry_pairs: set[tuple[str, str, int]] = set()
         if self.retry_infra:
             self.retry_pairs, self.retrying = self._infra_samples()
             self.done -= self.retry_pairs
-        self.shard.begin(self.store.path, self.manifest)
         seeds = self.plan.seeds
-        self.manifest["repeats"] = {"requested": self.config.repeats, "seeds": seeds}
-        self.store.write_manifest(self.manifest)
+        manifest = self.earlier or self._manifest()
+        manifest.repeats = Repeats(requested=self.config.repeats, seeds=seeds)
+        self.shard.begin(self.store.path, manifest)
+        self.store.begin(manifest, resumed=self.earlier is not None)
         self.begun = True
+        if self.earlier is None:
+            self.store.write_questions(self.questions)
         if self.config.repeats > len(seeds):
             self.echo(f"repeats: {self.config.repeats} requested, but decoding is greedy "
                       "(temperature 0): every repeat would give the same replies, so each "
@@ -228,19 +225,23 @@ class Run:
                 causes[(s.get("error") or "unknown").splitlines()[0][:200]] += 1
         return pairs, causes
 
+    def _manifest(self) -> Manifest:
+        """A new run's manifest: what runs, where, with what."""
+        corpus = self.plan.corpus
+        return Manifest(
+            run_id=self.run_id, schema_version=SCHEMA_VERSION, status="running",
+            config=RecordedConfig.model_validate(self.config.to_dict()),
+            config_source=self.config.source, config_hash=self.config.hash(),
+            started=now(), versions=package_versions(), git_commit=git_commit(),
+            machine=machine(), corpus_version=corpus.version if corpus else None,
+            questions=len(self.questions), cells={})
+
     def _record_cell(self, cell: Cell, runtime: CellRuntime, facts: dict,
                      served: dict | None) -> None:
-        recorded = self.manifest["cells"].get(cell.id)
-        if recorded and recorded["fingerprint"] != runtime.fingerprint:
-            raise InputError(
-                f"cell {cell.id} no longer matches the run (model, settings, corpus or "
-                "questions changed since it started); start a new run instead",
-                file=str(self.store.manifest_path), field="cells")
-        self.manifest["cells"][cell.id] = {"fingerprint": runtime.fingerprint,
-                                           "facets": cell.facets(),
-                                           "settings": runtime.settings, "model": facts,
-                                           **({"served": served} if served is not None else {})}
-        self.store.write_manifest(self.manifest)
+        self.store.record_cell(cell.id, CellRecord(
+            fingerprint=runtime.fingerprint, facets=cell.facets(),
+            settings=CellSettings.model_validate(runtime.settings), model=facts,
+            **({"served": served} if served is not None else {})))
 
     def _generate(self, engine: Engine, stop: _StopFlag) -> int:
         return self._run_cells(engine, stop, self.done, on_cell=self._record_cell,
@@ -250,10 +251,7 @@ class Run:
     def _warn(self, message: str) -> None:
         """A warning about the run: in its log and in the manifest (reports show it)."""
         self.echo(f"warning: {message}")
-        warnings = self.manifest.setdefault("warnings", [])
-        if message not in warnings:
-            warnings.append(message)
-            self.store.write_json("manifest.json", self.manifest)
+        self.store.warn(message)
 
     def _probe(self, runtime: CellRuntime) -> None:
         """The latency probe of one cell (evalpipe.probe), once per run: probe.jsonl."""
@@ -264,7 +262,8 @@ class Run:
         self.store.append_probe(run_probe(runtime, questions, self.run_id))
 
     def _finish(self, cache: GenerationCache | None) -> None:
-        store, manifest = self.store, self.manifest
+        store = self.store
+        facts: dict[str, Any] = {}  # what the last steps found, for the manifest
         merged = self.shard.merge(store.path, self.out_root, self.config.hash(),
                                   [c.id for c in self.cells], timeout=float(os.environ.get(
                                       "EVALPIPE_PART_TIMEOUT", str(24 * 3600))))
@@ -276,26 +275,24 @@ class Run:
         if self.retry_infra:
             retried = store.fold_retries()
             still = len(self._infra_samples()[0])
-            manifest.setdefault("retries", []).append({
-                "time": _now(), "retried": retried, "first_causes": dict(self.retrying),
-                "still_infra": still})
+            facts["retries"] = [*store.manifest.retries, {
+                "time": now(), "retried": retried, "first_causes": dict(self.retrying),
+                "still_infra": still}]
             self.echo(f"retried {retried} infra errors; {still} still failed")
         if cache is not None:
-            manifest["cache"] = {"hits": cache.hits, "misses": cache.misses,
-                                 "path": str(cache.path),
-                                 **({"problem": cache.problem} if cache.problem else {})}
+            facts["cache"] = {"hits": cache.hits, "misses": cache.misses,
+                              "path": str(cache.path),
+                              **({"problem": cache.problem} if cache.problem else {})}
             self.echo(f"generation cache: {cache.hits} replies reused, {cache.misses} generated")
         if self.judge is not None:
-            manifest["judge"] = run_judge(store, self.judge, cache, self.echo)
+            facts["judge"] = run_judge(store, self.judge, cache, self.echo)
         scores = score_run(store)
         # Each sample once: the groups count it under its suite and again under "all".
         infra = sum(bool(s.get("infra")) for s in scores["samples"])
         if infra:
             self.echo(f"{infra} samples are infra errors (backend, timeout or harness): "
                       f"re-run them with `evalpipe run --resume {store.path} --retry-infra`")
-        manifest["finished"] = _now()
-        manifest["status"] = "finished"
-        store.write_json("manifest.json", manifest)
+        store.finish(**facts)
         store.release()
         _point_latest(store.path)
 
@@ -303,10 +300,9 @@ class Run:
         """Say in the manifest how the run ended, with the space kept for it on a full
         disk. If even that fails, an EvalpipeError's one line says so. A resume that
         failed before it began leaves the run's manifest as it was."""
-        if self._manifest is None or (self.resumed and not self.begun):
+        if not self.begun:
             return
-        self.manifest.update(status=status, error=error, ended=_now())
-        why = self.store.write_last_manifest(self.manifest)
+        why = self.store.end(status, error)
         if why is not None and isinstance(exc, EvalpipeError):
             message = (f"{exc}; the manifest could not be marked {status} either ({why}): "
                        "it still says running")
@@ -439,10 +435,6 @@ class _ToolUse:
         return out
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
 def _point_latest(run_dir: Path) -> None:
     """outputs/latest -> the newest finished run (a relative symlink, replaced atomically)."""
     run_dir = run_dir.resolve()  # resuming through the pointer itself must not loop it
@@ -491,13 +483,13 @@ def agreement_line(measured: dict[str, Any]) -> str:
             f"{part('rules', measured['rules'])}")
 
 
-def score_run(store: RunStore, k: int | None = None) -> dict[str, Any]:
+def score_run(store: RunStore, k: int | None = None) -> Scores:
     """(Re)compute scores.json and table.md from samples.jsonl and questions.jsonl."""
     from evalpipe._report.tables import score_table
     from evalpipe.scoring.run import score_records
 
     # Samples stream from the file: a long run's raw records are never all in memory.
-    scores = score_records(store.read_json("manifest.json"), store.questions(),
+    scores = score_records(store.read_manifest(), store.questions(),
                            store.iter_samples(), k=k, source=str(store.samples_path),
                            judgements=store.read_judgements())
     store.write_json("scores.json", scores)

@@ -1,5 +1,12 @@
 """The run directory: manifest, question snapshot, append-only samples, scores.
 
+The store owns the manifest (records.Manifest) while a run writes it, and changes it
+by named steps alone: `begin` (and begin again, resumed), `record_cell`, `warn`,
+`finish` and `end`. Every step but the last writes it the disk-safe way, keeping
+space in reserve; `end` gives the reserve up, so that how a run ended is recorded on
+a full disk too. manifest.json and scores.json are read back through their types
+(`read_run_file`): a file that does not fit is named, with its field.
+
 outputs/<run_id>/
   manifest.json     config, cell fingerprints, versions, git commit, machine, times
   questions.jsonl   the questions as run, so a run can be re-scored without its sources
@@ -28,13 +35,15 @@ import warnings
 from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
 
 from evalpipe import jsonl
 from evalpipe.errors import DataWarning, EvalpipeError, InputError, StorageError
 from evalpipe.identity import sample_key
 from evalpipe.questions import Question, parse_question
-from evalpipe.records import SampleRecord
+from evalpipe.records import CellRecord, Manifest, SampleRecord, Scores
 
 PACKAGES = ("evalpipe", "torch", "transformers", "datasets", "scikit-learn", "numpy", "gguf",
             "accelerate", "jsonschema")
@@ -84,10 +93,16 @@ def machine() -> dict[str, Any]:
             "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
 
 
+def now() -> str:
+    """A time as the manifest records it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
 class RunStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._lock_file: TextIO | None = None  # held open while this process writes
+        self._manifest: Manifest | None = None  # the manifest a run writes, once begun
 
     @property
     def samples_path(self) -> Path:
@@ -136,32 +151,75 @@ class RunStore:
     def __exit__(self, *exc):
         self.unlock()
 
-    # -- the manifest, and the space its last write needs ---------------------------------
+    # -- the manifest, by its steps, and the space its last write needs -----------------------
     @property
     def reserve_path(self) -> Path:
         return self.path / ".reserve"
 
-    def write_manifest(self, manifest: dict[str, Any]) -> None:
-        """Write manifest.json, then keep twice its size in reserve (best effort): the
-        write that records how the run ended must not fail for lack of space."""
-        self.write_json("manifest.json", manifest)
-        need = 2 * (self.manifest_path.stat().st_size + 4096)
-        with contextlib.suppress(OSError):
-            if not self.reserve_path.is_file() or self.reserve_path.stat().st_size < need:
-                with open(self.reserve_path, "ab") as f:
-                    try:
-                        os.posix_fallocate(f.fileno(), 0, need)
-                    finally:
-                        if not os.fstat(f.fileno()).st_size:  # nothing kept: no file
-                            self.release()
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest this run writes; made by `begin`."""
+        if self._manifest is None:
+            raise RuntimeError("the run's manifest is made when the run begins")
+        return self._manifest
 
-    def write_last_manifest(self, manifest: dict[str, Any]) -> str | None:
-        """Record how the run ended, on a full disk too: the reserve is given up for
-        this write. Returns why the manifest could not be written, or None."""
+    def read_manifest(self) -> Manifest:
+        """manifest.json as written, checked (InputError where it is missing or does
+        not fit its type)."""
+        try:
+            return read_run_file(self.manifest_path, Manifest)
+        except FileNotFoundError:
+            raise InputError("no manifest.json in run directory", file=str(self.path)) from None
+
+    def begin(self, manifest: Manifest, *, resumed: bool = False) -> None:
+        """The run starts, or starts again (`resumed`: when is added, the error of its
+        last end is cleared): its manifest says running."""
+        manifest.status = "running"
+        if resumed:
+            manifest.error = None
+            manifest.resumed = [*manifest.resumed, now()]
+        self._manifest = manifest
+        self._save()
+
+    def record_cell(self, cell_id: str, cell: CellRecord) -> None:
+        """A cell starts: what decides its outputs. A resumed run refuses a cell whose
+        fingerprint differs from the one recorded when it first ran."""
+        recorded = self.manifest.cells.get(cell_id)
+        if recorded is not None and recorded.fingerprint != cell.fingerprint:
+            raise InputError(
+                f"cell {cell_id} no longer matches the run (model, settings, corpus or "
+                "questions changed since it started); start a new run instead",
+                file=str(self.manifest_path), field="cells")
+        self.manifest.cells = {**self.manifest.cells, cell_id: cell}
+        self._save()
+
+    def warn(self, message: str) -> bool:
+        """A warning about the run (reports show it), once; False when it was given."""
+        if message in self.manifest.warnings:
+            return False
+        self.manifest.warnings = [*self.manifest.warnings, message]
+        self._save()
+        return True
+
+    def finish(self, **facts: Any) -> None:
+        """The run finished: its status, when, and what the last steps found (the
+        cache's counts, the judge's, the retries')."""
+        manifest = self.manifest
+        for key, value in facts.items():
+            setattr(manifest, key, value)
+        manifest.finished, manifest.status = now(), "finished"
+        self._save()
+
+    def end(self, status: str, error: str) -> str | None:
+        """Record how a run that did not finish ended (interrupted or failed, and why),
+        on a full disk too: the reserve is given up for this write. Returns why the
+        manifest could not be written, or None."""
+        manifest = self.manifest
+        manifest.status, manifest.error, manifest.ended = status, error, now()
         failed = None
         for _ in range(2):  # the second time with the reserve given up
             try:
-                self.write_json("manifest.json", manifest)
+                self.write_json("manifest.json", manifest.to_json())
                 failed = None
                 break
             except StorageError as exc:
@@ -171,6 +229,20 @@ class RunStore:
                 self.release()
         self.release()
         return failed
+
+    def _save(self) -> None:
+        """Write manifest.json, then keep twice its size in reserve (best effort): the
+        write that records how the run ended must not fail for lack of space."""
+        self.write_json("manifest.json", self.manifest.to_json())
+        need = 2 * (self.manifest_path.stat().st_size + 4096)
+        with contextlib.suppress(OSError):
+            if not self.reserve_path.is_file() or self.reserve_path.stat().st_size < need:
+                with open(self.reserve_path, "ab") as f:
+                    try:
+                        os.posix_fallocate(f.fileno(), 0, need)
+                    finally:
+                        if not os.fstat(f.fileno()).st_size:  # nothing kept: no file
+                            self.release()
 
     def release(self) -> None:
         """Give the reserved space back (the run is no longer being written)."""
@@ -320,23 +392,92 @@ class RunStore:
         return replaced + len(retries)
 
 
-STATUSES = ("running", "finished", "interrupted", "failed")
+def read_scores(run_dir: Path) -> Scores:
+    """A run's scores.json, checked (InputError where it is missing or does not fit)."""
+    path = Path(run_dir) / "scores.json"
+    try:
+        return read_run_file(path, Scores)
+    except FileNotFoundError:
+        raise InputError("no scores.json in run directory", file=str(run_dir)) from None
 
 
-def run_status(manifest: dict[str, Any]) -> str:
-    """running, finished, interrupted or failed. A manifest from before runs recorded
-    their status is read as finished: nothing else could be read back then."""
-    return str(manifest.get("status") or "finished")
-
-
-def require_finished(manifest: dict[str, Any], run_dir: Path, allow_partial: bool) -> None:
+def require_finished(manifest: Manifest, run_dir: Path, allow_partial: bool) -> None:
     """Refuse a run that did not finish, unless the caller asked for partial runs."""
-    status = run_status(manifest)
-    if status != "finished" and not allow_partial:
-        why = f" ({manifest['error']})" if manifest.get("error") else ""
-        raise InputError(f"run is {status}, not finished{why}", file=str(run_dir / "manifest.json"),
-                         field="status", expected="a finished run, or --allow-partial to read "
-                         "the samples it has")
+    if manifest.status != "finished" and not allow_partial:
+        why = f" ({manifest.error})" if manifest.error else ""
+        raise InputError(f"run is {manifest.status}, not finished{why}",
+                         file=str(run_dir / "manifest.json"), field="status",
+                         expected="a finished run, or --allow-partial to read the samples "
+                         "it has")
+
+
+# -- reading a run's JSON files through their types --------------------------------------------
+
+Shape = TypeVar("Shape")
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter(shape: Any) -> TypeAdapter[Any]:
+    if shape not in _ADAPTERS:
+        _ADAPTERS[shape] = TypeAdapter(shape)
+    return _ADAPTERS[shape]
+
+
+def read_run_file(path: Path, shape: type[Shape]) -> Shape:
+    """A JSON file of a run read as its type (records.Manifest, records.Scores):
+    InputError naming the file, the field and what was there where it does not fit (a
+    number is no text, text no number); FileNotFoundError where it is not there."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 (byte {exc.start + 1})", file=str(path)) from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"not JSON ({str(exc)[:120]})", file=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot be read ({exc.strerror or exc})", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError(f"expected an object, got {_kind(data)}", file=str(path))
+    try:
+        return _adapter(shape).validate_python(data)
+    except ValidationError as exc:
+        raise InputError(shape_problem(exc), file=str(path)) from None
+
+
+def shape_problem(exc: ValidationError) -> str:
+    """The deepest field that does not fit, what it should be and what was there (the
+    branches of a union tried at one place are named together: 'text or an object')."""
+    found: dict[str, tuple[int, list[str], Any]] = {}
+    for error in exc.errors():
+        loc = [p for p in error["loc"] if not (isinstance(p, str) and p in _BRANCHES)]
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+        expected = _EXPECTED.get(error["type"], error["msg"].lower())
+        if error["type"] == "greater_than_equal":
+            expected = f"a number of at least {(error.get('ctx') or {}).get('ge')}"
+        wanted = found.setdefault(where, (len(loc), [], error.get("input")))[1]
+        if expected not in wanted:
+            wanted.append(expected)
+    where, (_, wanted, got) = max(found.items(), key=lambda item: item[1][0])
+    if wanted == ["present"]:
+        return f"field '{where}' is missing"
+    field = f"field '{where}': " if where else ""
+    return f"{field}expected {' or '.join(wanted)}, got {_kind(got)}"
+
+
+# the names pydantic gives the branches of a union in an error's location
+_BRANCHES = {"str", "int", "float", "bool", "ModelRef", "list[int]"}
+_EXPECTED = {"missing": "present", "string_type": "text", "dict_type": "an object",
+             "model_type": "an object", "list_type": "a list", "int_type": "a whole number",
+             "float_type": "a number", "bool_type": "true or false"}
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "text", bool: "true/false",
+             int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
 
 
 _PLAIN_NAME = re.compile(r"[\w][\w.-]{0,99}")

@@ -130,7 +130,7 @@ def test_a_record_that_is_not_a_sample_names_its_line(finished):
 def test_an_unreadable_manifest_is_a_file_error(finished):
     (finished / "manifest.json").write_bytes(b'{"run_id": "\xff')
     code, out = cli("report", finished)
-    assert code == 2 and out.startswith(f"error: {finished / 'manifest.json'}: unreadable")
+    assert code == 2 and out.startswith(f"error: {finished / 'manifest.json'}: not UTF-8")
 
 
 @pytest.mark.parametrize("content, message", [

@@ -29,9 +29,11 @@ from evalpipe.backends.base import GenerationSettings
 from evalpipe.engine import CellRuntime, Engine
 from evalpipe.formats import get_format
 from evalpipe.questions import Question
-from evalpipe.records import Generation, ToolCall
+from evalpipe.records import Generation, Manifest, RecordedConfig, ToolCall
 from evalpipe.scoring.run import score_records
 from evalpipe.tools import build_toolset
+
+RUN = Manifest(run_id="run", config=RecordedConfig())  # what scoring reads of a run
 
 EXAMPLES = int(os.environ.get("EVALPIPE_HOSTILE_EXAMPLES", "40"))
 TOOLSET = build_toolset("math")
@@ -121,7 +123,7 @@ def test_hostile_replies_end_to_end(format_name):
         samples = [s.to_dict() for ended in Engine().run(cell, [question], "run")
                    for s in ended]
         json.dumps(samples, allow_nan=False)  # what the store writes is plain JSON
-        scores = score_records({"run_id": "run"}, {question.id: question}, samples)
+        scores = score_records(RUN, {question.id: question}, samples)
         assert scores["unscored"] == []  # the per-sample guard was not needed
         assert [s["category"] for s in scores["samples"]] != []
         json.dumps(scores, allow_nan=False)

@@ -219,7 +219,8 @@ def test_a_launch_never_appends_to_an_earlier_launchs_run_directory(tmp_path):
     for share in (Shard(), Shard(0, 2, "this"), Shard(1, 2, "this")):
         share.refuse_an_earlier_run(run_dir)  # nothing there yet
     run_dir.mkdir()
-    (run_dir / "manifest.json").write_text(json.dumps({"launch": "this"}))
+    (run_dir / "manifest.json").write_text(json.dumps({"run_id": "run", "config": {},
+                                                       "launch": "this"}))
     Shard(1, 2, "this").refuse_an_earlier_run(run_dir)
     for share in (Shard(), Shard(0, 2, "this"), Shard(0, 2, "later"), Shard(1, 2, "later")):
         with pytest.raises(InputError, match="exists already") as err:

@@ -143,8 +143,8 @@ def test_plan_says_which_runs_it_could_not_time(tmp_path):
     def run(name, started, samples, **extra):
         folder = tmp_path / name
         folder.mkdir()
-        manifest = {"started": started, "finished": started, "machine": machine(),
-                    "cells": {"m/-/none/no-rag": cell}, **extra}
+        manifest = {"run_id": name, "config": {}, "started": started, "finished": started,
+                    "machine": machine(), "cells": {"m/-/none/no-rag": cell}, **extra}
         (folder / "manifest.json").write_text(json.dumps(manifest))
         (folder / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
 

@@ -88,10 +88,11 @@ def test_model_parameters_fallbacks(run_dir):
     run = load_run(run_dir)
     assert model_parameters(run, BASE) == (135e6, "name")  # "tiny-135m"
     # the runner records backend.describe() under the cell's "model"
-    run.manifest["cells"][BASE]["model"] = {"model_id": MODEL, "parameters": 134_515_008}
+    cell = run.manifest.cells[BASE]
+    cell.model = {"model_id": MODEL, "parameters": 134_515_008}
     assert model_parameters(run, BASE) == (134_515_008, "backend")
-    run.manifest["cells"][BASE]["model"] = {}
-    run.manifest["cells"][BASE]["settings"]["model"]["id"] = "gemma-3-270m"
+    cell.model = {}
+    cell.settings.model.id = "gemma-3-270m"
     assert model_parameters(run, BASE) == (268_098_176, "alias")
 
 
@@ -240,7 +241,7 @@ def test_the_models_table_says_each_models_dtype_path_and_size(run_dir):
     """The manifest's facts of each model (backend.describe(): dtype, the engine's path,
     its resident size) head the Markdown report, so a size comparison says what ran."""
     run = load_run(run_dir)
-    run.manifest["cells"][BASE]["model"] = {
+    run.manifest.cells[BASE].model = {
         "model_id": MODEL, "parameters": 1_777_088_000, "dtype": "bfloat16",
         "activations": "float32", "engine": {"path": "batching loop", "linear": "panel",
                                              "resident_bytes": 3_817_537_536}}
@@ -339,15 +340,21 @@ def test_cell_facets_are_read_from_the_manifest_never_parsed_from_the_cell_id(tm
     """A cell id is a name: a model id with slashes, or a renamed cell, must not change
     what a report groups by. The runner records each cell's facets in the manifest."""
     from evalpipe._report.load import RunData, cell_facets
+    from evalpipe.records import Manifest
+
+    def run_of(cells):
+        return RunData(tmp_path, Manifest.model_validate({"run_id": "r", "config": {},
+                                                          "cells": cells}), {}, [],
+                       {"run_id": "r", "scorer_version": None, "groups": [], "samples": []})
 
     cell = "org/model-7b/json/math/hybrid_weighted-tool"
     facets = {"model": "org/model-7b", "format": "json", "toolset": "math", "retrieval": "tool",
               "method": "hybrid_weighted"}
-    run = RunData(tmp_path, {"cells": {cell: {"facets": facets}}}, {}, [], {})
+    run = run_of({cell: {"facets": facets}})
     assert cell_facets(run, cell) == {"model": "org/model-7b", "format": "json",
                                       "toolset": "math", "retrieval_mode": "tool",
                                       "retrieval_method": "hybrid_weighted"}
-    unknown = RunData(tmp_path, {"cells": {"a/b/c/no-rag": {}}}, {}, [], {})
+    unknown = run_of({"a/b/c/no-rag": {}})
     assert set(cell_facets(unknown, "a/b/c/no-rag").values()) == {None}
 
 

@@ -5,12 +5,12 @@ type, and every declared alternative (a None, a float) really occurs."""
 from __future__ import annotations
 
 import types
-import typing
 from typing import Any, NotRequired, Union, get_args, get_origin, get_type_hints
 
 import pytest
 from synth import make_sample
 from test_scoring_categories import CALC, CASES, RIGHT_CALLS
+from typing_extensions import is_typeddict  # also the TypedDicts pydantic reads
 
 from evalpipe.records import ScoredSample
 from evalpipe.scoring import CATEGORIES, score_sample
@@ -57,7 +57,7 @@ def fits(value: Any, hint: Any) -> bool:
         return any(fits(value, arg) for arg in args)
     if hint is type(None):
         return value is None
-    if typing.is_typeddict(hint):
+    if is_typeddict(hint):
         fields = get_type_hints(hint)
         return (isinstance(value, dict) and set(value) == set(fields)
                 and all(fits(value[k], fields[k]) for k in fields))
@@ -81,7 +81,7 @@ def alternatives(hint: Any) -> set[type]:
         return set().union(*(alternatives(arg) for arg in get_args(hint)))
     if hint is type(None):
         return {type(None)}
-    if typing.is_typeddict(hint):
+    if is_typeddict(hint):
         return {dict}
     return {get_origin(hint) or hint}
 

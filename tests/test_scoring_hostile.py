@@ -11,11 +11,13 @@ import pytest
 from synth import call, make_sample
 
 from evalpipe.questions import Question
-from evalpipe.records import ToolCall
+from evalpipe.records import Manifest, RecordedConfig, ToolCall
 from evalpipe.scoring.aggregate import aggregate
 from evalpipe.scoring.run import score_records
 from evalpipe.tools import build_toolset
 from evalpipe.tools.registry import Tool, result_text
+
+RUN = Manifest(run_id="run", config=RecordedConfig())  # what scoring reads of a run
 
 HUGE = int("7" * 4000)
 
@@ -94,7 +96,7 @@ DIV = Question(id="div", suite="arithmetic", question="144 / 12?", answer=12,
 ])
 def test_tool_failures_are_kept_apart_from_model_failures(question, steps, category):
     sample = make_sample(question, "I could not finish.", steps=steps, toolset="math")
-    out = score_records({"run_id": "r"}, {question.id: question}, [sample])
+    out = score_records(RUN, {question.id: question}, [sample])
     (scored,) = out["samples"]
     assert scored["category"] == category
     (group,) = [g for g in out["groups"] if g["suite"] == "all"]
@@ -117,7 +119,7 @@ def test_a_sample_the_scorer_fails_on_is_recorded_and_the_rest_is_scored(monkeyp
     good = make_sample(DIV, "12", steps=[[call("divide", {"a": 144, "b": 12}, 12)]],
                        toolset="math")
     bad = dict(make_sample(DIV, "boom", toolset="math"), repeat=1)
-    out = score_records({"run_id": "r"}, {DIV.id: DIV}, [good, bad])
+    out = score_records(RUN, {DIV.id: DIV}, [good, bad])
     assert [s["category"] for s in out["samples"]] == ["correct", "scorer_error"]
     assert out["unscored"] == [{"cell_id": "cell-1", "question_id": "div", "repeat": 1,
                                 "scorer_error": "RecursionError: maximum recursion depth "
@@ -131,7 +133,7 @@ def test_a_sample_the_scorer_fails_on_is_recorded_and_the_rest_is_scored(monkeyp
 def test_hostile_final_answers_are_scored():
     replies = ["1e400", "-1.0e309", "9" * 5000, "2.5E-3", "12"]
     samples = [dict(make_sample(DIV, r, toolset="none"), repeat=i) for i, r in enumerate(replies)]
-    out = score_records({"run_id": "r"}, {DIV.id: DIV}, samples)
+    out = score_records(RUN, {DIV.id: DIV}, samples)
     assert out["unscored"] == []
     assert [s["exact"] for s in out["samples"]] == [False, False, False, False, True]
     json.dumps(out, allow_nan=False)

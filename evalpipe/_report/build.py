@@ -73,7 +73,8 @@ def build_report(run: RunData) -> dict[str, Any]:
     (see docs/reports.md)."""
     k = run.k
     cells = run.cells()
-    groups = {(g["cell_id"], g["suite"]): g for g in run.scores["groups"]}
+    groups: dict[tuple[str, str], dict[str, Any]] = {
+        (g["cell_id"], g["suite"]): dict(g) for g in run.scores["groups"]}
     suites = suites_of(run)
     bases = baseline_cells(run)
 
@@ -83,7 +84,7 @@ def build_report(run: RunData) -> dict[str, Any]:
         cell_rows.append({"cell_id": c, **cell_facets(run, c), "parameters": params,
                           "parameters_source": source, **model_engine(run, c),
                           "baseline": bases.get(c),
-                          "fingerprint": run.cell_info(c).get("fingerprint")})
+                          "fingerprint": run.cell_info(c).fingerprint})
 
     # model, format, toolset and retrieval beside each row's cell id, so tables and
     # exports group by them without parsing the id

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ import numpy as np
 from evalpipe._report.load import RunData
 from evalpipe.errors import InputError
 from evalpipe.questions import Question
+from evalpipe.records import ScoredSample
 from evalpipe.scoring.stats import Z80, Z95, cluster_bootstrap, detectable_difference
 
 METRICS = ("exact", "format_valid", "plan_exact", "recall@k")
@@ -198,7 +200,7 @@ def match_cells(a: RunData, b: RunData, strict: bool = False
     warnings: list[str] = []
     b_by_fp: dict[str, str] = {}
     for c in b.cells():
-        fp = b.cell_info(c).get("fingerprint")
+        fp = b.cell_info(c).fingerprint
         if fp:
             b_by_fp.setdefault(fp, c)
     b_cells = set(b.cells())
@@ -206,7 +208,7 @@ def match_cells(a: RunData, b: RunData, strict: bool = False
     matches = []
     refused: list[str] = []
     for c in a.cells():
-        fp = a.cell_info(c).get("fingerprint")
+        fp = a.cell_info(c).fingerprint
         if fp and fp in b_by_fp and b_by_fp[fp] not in used:
             other = b_by_fp[fp]
             if other != c:
@@ -214,9 +216,9 @@ def match_cells(a: RunData, b: RunData, strict: bool = False
             matches.append((c, other, "fingerprint"))
             used.add(other)
         elif c in b_cells and c not in used:
-            diff = settings_diff(a.cell_info(c).get("settings") or {},
-                                 b.cell_info(c).get("settings") or {})
-            fp_b = b.cell_info(c).get("fingerprint")
+            diff = settings_diff(a.cell_info(c).settings_dict(),
+                                 b.cell_info(c).settings_dict())
+            fp_b = b.cell_info(c).fingerprint
             what = ("; ".join(diff) if diff else
                     "settings are identical, so something else in the fingerprint changed: "
                     "model weights or config, tool schemas, corpus, chunking, system prompt "
@@ -238,7 +240,7 @@ def match_cells(a: RunData, b: RunData, strict: bool = False
         if c not in used:
             warnings.append(f"cell {c!r} is only in B; not compared")
     for ca, cb, _ in matches:  # the fingerprint leaves out what the server says it runs
-        changed = served_change(a.cell_info(ca).get("served"), b.cell_info(cb).get("served"))
+        changed = served_change(a.cell_info(ca).served, b.cell_info(cb).served)
         if changed:
             msg = f"cell {cb!r}: the served model changed ({changed})"
             (refused if strict else warnings).append(msg)
@@ -259,7 +261,7 @@ def _question_sets(a: RunData, b: RunData) -> tuple[list[str], list[str], list[s
     return [q for q in shared if q not in changed], only_a, only_b, changed
 
 
-def _value(s: dict[str, Any], metric: str) -> float | None:
+def _value(s: Mapping[str, Any], metric: str) -> float | None:
     if metric == "recall@k":
         r = s.get("retrieval")
         return None if r is None else float(r["recall"])
@@ -269,13 +271,13 @@ def _value(s: dict[str, Any], metric: str) -> float | None:
 
 # -- the comparison ----------------------------------------------------------------------------
 
-def _mean_value(samples: list[dict[str, Any]], metric: str) -> float | None:
+def _mean_value(samples: Sequence[Mapping[str, Any]], metric: str) -> float | None:
     """A question's score in one run: the mean over its repeats that have a value."""
     values = [v for v in (_value(s, metric) for s in samples) if v is not None]
     return sum(values) / len(values) if values else None
 
 
-Pair = tuple[str, list[dict], list[dict]]  # question id, its repeats in A, its repeats in B
+Pair = tuple[str, list[ScoredSample], list[ScoredSample]]  # question id, its repeats in A, in B
 
 
 def _metric_diffs(pairs: list[Pair], threshold: float, resamples: int,

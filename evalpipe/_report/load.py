@@ -9,11 +9,8 @@ from typing import Any
 
 from evalpipe.errors import InputError
 from evalpipe.questions import Question
-from evalpipe.records import SampleRecord
-from evalpipe.store import RunStore, require_finished, run_status
-
-# Parameter counts of the registered aliases, used when a run's manifest does not
-# record the backend's own count (runs written before it did).
+from evalpipe.records import CellRecord, Manifest, ModelRef, SampleRecord, ScoredSample, Scores
+from evalpipe.store import RunStore, read_scores, require_finished
 
 
 @dataclass
@@ -21,19 +18,19 @@ class RunData:
     """Everything a report needs from one run directory."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     questions: dict[str, Question]
     samples: list[SampleRecord]
-    scores: dict[str, Any]
+    scores: Scores
     rescored: bool = False  # scores computed here because scores.json was missing
     audit: dict[str, Any] | None = None  # audit.json, written by `evalpipe audit`
     probe: list[dict[str, Any]] = field(default_factory=list)  # probe.jsonl (latency probe)
-    _by_key: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict,
-                                                                 repr=False)
+    _by_key: dict[tuple[str, str], list[ScoredSample]] = field(default_factory=dict,
+                                                                repr=False)
 
     @property
     def run_id(self) -> str:
-        return str(self.manifest.get("run_id") or self.scores.get("run_id") or self.path.name)
+        return str(self.manifest.run_id or self.scores.get("run_id") or self.path.name)
 
     @property
     def k(self) -> int:
@@ -41,19 +38,19 @@ class RunData:
 
     def cells(self) -> list[str]:
         """Cell ids in manifest order, then any that only appear in the scores."""
-        out = list((self.manifest.get("cells") or {}).keys())
-        for s in self.scores.get("samples", []):
+        out = list(self.manifest.cells)
+        for s in self.scores["samples"]:
             if s["cell_id"] not in out:
                 out.append(s["cell_id"])
         return out
 
-    def cell_info(self, cell_id: str) -> dict[str, Any]:
-        return (self.manifest.get("cells") or {}).get(cell_id) or {}
+    def cell_info(self, cell_id: str) -> CellRecord:
+        return self.manifest.cell(cell_id)
 
-    def scored_by_question(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    def scored_by_question(self) -> dict[tuple[str, str], list[ScoredSample]]:
         """(cell_id, question_id) -> its scored samples, one per repeat, in repeat order."""
         if not self._by_key:
-            for s in self.scores.get("samples", []):
+            for s in self.scores["samples"]:
                 self._by_key.setdefault((s["cell_id"], s["question_id"]), []).append(s)
             for samples in self._by_key.values():
                 samples.sort(key=lambda s: s.get("repeat") or 0)
@@ -72,29 +69,25 @@ def load_run(path: str | Path, allow_partial: bool = False) -> RunData:
     store = RunStore(path)
     if not store.path.is_dir():
         raise InputError("not a run directory", file=str(path))
-    manifest = store.read_json("manifest.json")
+    manifest = store.read_manifest()
     require_finished(manifest, store.path, allow_partial)
     questions = store.questions() if (store.path / "questions.jsonl").is_file() else {}
     samples = store.read_samples()
     rescored = False
-    if (store.path / "scores.json").is_file() and run_status(manifest) == "finished":
-        scores = store.read_json("scores.json")
+    if (store.path / "scores.json").is_file() and manifest.status == "finished":
+        scores = read_scores(store.path)
     else:
         scores = score_in_memory(manifest, questions, samples,
                                  judgements=store.read_judgements())
         rescored = True
-    for key in ("groups", "samples"):
-        if key not in scores:
-            raise InputError(f"scores.json has no '{key}'", file=str(store.path / "scores.json"),
-                             expected="the output of `evalpipe score`")
     audit = store.read_json("audit.json") if (store.path / "audit.json").is_file() else None
     probe = list(store.iter_records(store.probe_path))
     return RunData(store.path, manifest, questions, samples, scores, rescored, audit, probe)
 
 
-def score_in_memory(manifest: dict[str, Any], questions: dict[str, Question],
+def score_in_memory(manifest: Manifest, questions: dict[str, Question],
                     samples: list[SampleRecord], k: int | None = None,
-                    judgements: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                    judgements: list[dict[str, Any]] | None = None) -> Scores:
     from evalpipe.scoring.run import score_records
 
     return score_records(manifest, questions, samples, k=k, judgements=judgements)
@@ -102,24 +95,25 @@ def score_in_memory(manifest: dict[str, Any], questions: dict[str, Question],
 
 # -- facts about a run ------------------------------------------------------------------------
 
-def run_facts(manifest: dict[str, Any]) -> dict[str, Any]:
+def _model_id(model: str | ModelRef | None) -> str | None:
+    return model.id if isinstance(model, ModelRef) else model
+
+
+def run_facts(manifest: Manifest) -> dict[str, Any]:
     """What a reader wants first about a run, from its manifest alone: config name and
     file, models, start and end, git commit, status (and error), and the warnings the
     run recorded (e.g. a server that ignored the tools)."""
-    config = manifest.get("config") or {}
-    models = [m.get("id") if isinstance(m, dict) else m for m in config.get("models") or []]
-    for info in (manifest.get("cells") or {}).values():
-        model = (info.get("settings") or {}).get("model")
-        model_id = model.get("id") if isinstance(model, dict) else model
+    config = manifest.config
+    models = [_model_id(m) for m in config.models or []]
+    for info in manifest.cells.values():
+        model_id = _model_id(info.settings.model if info.settings else None)
         if model_id and model_id not in models:
             models.append(model_id)
-    return {"run_id": manifest.get("run_id"), "config_name": config.get("name"),
-            "config_source": manifest.get("config_source"), "models": models,
-            "started": manifest.get("started"),
-            "finished": manifest.get("finished") or manifest.get("ended"),
-            "commit": manifest.get("git_commit"), "status": run_status(manifest),
-            "error": manifest.get("error"), "match": config.get("match"),
-            "warnings": list(manifest.get("warnings") or [])}
+    return {"run_id": manifest.run_id, "config_name": config.name,
+            "config_source": manifest.config_source, "models": models,
+            "started": manifest.started, "finished": manifest.finished or manifest.ended,
+            "commit": manifest.git_commit, "status": manifest.status,
+            "error": manifest.error, "match": config.match, "warnings": list(manifest.warnings)}
 
 
 # -- facts about cells -------------------------------------------------------------------------
@@ -130,21 +124,21 @@ def cell_facets(run: RunData, cell_id: str) -> dict[str, Any]:
     before those, the cell's settings in the manifest or in its scored samples. A cell id
     is a name, never parsed."""
     info = run.cell_info(cell_id)
-    recorded = info.get("facets")
-    if isinstance(recorded, dict):
+    if info.facets is not None:
+        recorded = info.facets
         return {"model": recorded.get("model"), "format": recorded.get("format"),
                 "toolset": recorded.get("toolset"), "retrieval_mode": recorded.get("retrieval"),
                 "retrieval_method": recorded.get("method")}
-    settings: dict[str, Any] = info.get("settings") or next(
-        (s for s in run.scores.get("samples", []) if s["cell_id"] == cell_id), {})
-    model = settings.get("model")
-    retrieval = settings.get("retrieval") or {}
-    mode = (retrieval.get("mode") if isinstance(retrieval, dict) else None) or settings.get(
-        "retrieval_mode")
-    return {"model": model.get("id") if isinstance(model, dict) else model,
-            "format": settings.get("format"), "toolset": settings.get("toolset"),
-            "retrieval_mode": mode,
-            "retrieval_method": retrieval.get("method") if isinstance(retrieval, dict) else None}
+    if info.settings is not None:
+        s = info.settings
+        retrieval = s.retrieval or {}
+        return {"model": _model_id(s.model), "format": s.format, "toolset": s.toolset,
+                "retrieval_mode": retrieval.get("mode") or (s.model_extra or {}).get(
+                    "retrieval_mode"), "retrieval_method": retrieval.get("method")}
+    scored: Any = next((s for s in run.scores["samples"] if s["cell_id"] == cell_id), {})
+    return {"model": scored.get("model"), "format": scored.get("format"),
+            "toolset": scored.get("toolset"), "retrieval_mode": scored.get("retrieval_mode"),
+            "retrieval_method": None}
 
 
 def baseline_cells(run: RunData) -> dict[str, str | None]:
@@ -165,12 +159,10 @@ def model_engine(run: RunData, cell_id: str) -> dict[str, Any]:
     (settings' dtype where the model entry gave one), the path it took and its resident
     size; None where a run does not say (a server, an older run)."""
     info = run.cell_info(cell_id)
-    model = info.get("model")
-    model = model if isinstance(model, dict) else {}
+    model = info.model or {}
     engine = model.get("engine")
     engine = engine if isinstance(engine, dict) else {}
-    settings = info.get("settings") or {}
-    return {"dtype": model.get("dtype") or settings.get("dtype"),
+    return {"dtype": model.get("dtype") or info.settings_dict().get("dtype"),
             "activations": model.get("activations"),
             "path": engine.get("path"), "linear": engine.get("linear"),
             "resident_bytes": engine.get("resident_bytes")}
@@ -178,16 +170,18 @@ def model_engine(run: RunData, cell_id: str) -> dict[str, Any]:
 
 def model_parameters(run: RunData, cell_id: str) -> tuple[float | None, str]:
     """(parameter count, where it came from): the backend's own count recorded in the
-    manifest (manifest["cells"][cell]["model"]["parameters"], from backend.describe()),
-    else the known count of a registered alias, else the nominal size in the model id
-    ("...-270m", "...-1.5B"); (None, "unknown") otherwise."""
+    manifest (the cell's `model`, from backend.describe()), else the known count of a
+    registered alias, else the nominal size in the model id ("...-270m", "...-1.5B");
+    (None, "unknown") otherwise."""
     info = run.cell_info(cell_id)
-    settings = info.get("settings") or {}
-    model = settings.get("model")
-    model = model if isinstance(model, dict) else {}
-    candidates = [info.get("model"), info.get("backend"), info.get("facts"), settings,
-                  model, (run.manifest.get("models") or {}).get(model.get("id", ""))
-                  if isinstance(run.manifest.get("models"), dict) else None]
+    settings = info.settings
+    model = settings.model if settings is not None else None
+    older = info.model_extra or {}  # where runs before the cell's `model` kept the facts
+    by_model = (run.manifest.model_extra or {}).get("models")
+    candidates = [info.model, older.get("backend"), older.get("facts"),
+                  settings.model_extra if settings is not None else None,
+                  model.model_extra if isinstance(model, ModelRef) else None,
+                  by_model.get(_model_id(model) or "") if isinstance(by_model, dict) else None]
     for c in candidates:
         if isinstance(c, dict) and isinstance(c.get("parameters"), (int, float)):
             return float(c["parameters"]), "backend"

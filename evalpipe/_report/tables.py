@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalpipe._report.escape import md
+from evalpipe.records import Scores
 from evalpipe.scoring.categories import DISPLAY_ORDER as CATEGORY_ORDER
 
 
-def fmt_rate(metric: dict[str, Any] | None) -> str:
+def fmt_rate(metric: Mapping[str, Any] | None) -> str:
     """'62.5% (10/16)' or '-' when the metric does not apply."""
     if not metric or not metric.get("n"):
         return "-"
@@ -27,7 +29,7 @@ def markdown_table(header: list[Any], rows: list[list[Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def score_table(scores: dict[str, Any]) -> str:
+def score_table(scores: Scores) -> str:
     """Markdown: per cell, exact match, format validity, plan match, tool calls per
     question, recall@k, category counts."""
     k = scores.get("k", 3)
@@ -37,7 +39,7 @@ def score_table(scores: dict[str, Any]) -> str:
               f"recall@{k}", *categories]
     rows = []
     for g in overall:
-        r = g.get("rates") if isinstance(g.get("rates"), dict) else g  # nested or flat groups
+        r: Mapping[str, Any] = g.get("rates") or g  # nested, or flat in older scores
         rows.append([g["cell_id"], g["n"], fmt_rate(r.get("exact")),
                      fmt_rate(r.get("format_valid")), fmt_rate(r.get("plan_exact")),
                      _fmt_calls(r.get("calls_per_question")),
@@ -47,7 +49,7 @@ def score_table(scores: dict[str, Any]) -> str:
             + unscored_text(scores.get("unscored") or []))
 
 
-def verdicts_text(scores: dict[str, Any]) -> str:
+def verdicts_text(scores: Mapping[str, Any]) -> str:
     """Which answer verdicts came from the judge, and how many the rules left undecided."""
     v = scores.get("verdicts") or {}
     parts = []
@@ -63,7 +65,7 @@ def verdicts_text(scores: dict[str, Any]) -> str:
 BFCL_SUITE = "bfcl_"  # the suites evalpipe.bfcl writes: bfcl_simple_python, ...
 
 
-def bfcl_table(scores: dict[str, Any]) -> str:
+def bfcl_table(scores: Mapping[str, Any]) -> str:
     """BFCL-style accuracy per category (rows) and cell (columns), with format validity;
     empty when the run has no BFCL suite. For answer_type "calls" exact match is BFCL's
     verdict: every call valid and the plan matched."""
@@ -93,7 +95,7 @@ def bfcl_table(scores: dict[str, Any]) -> str:
 MAX_UNSCORED_LISTED = 50
 
 
-def unscored_text(unscored: list[dict[str, Any]]) -> str:
+def unscored_text(unscored: Sequence[Mapping[str, Any]]) -> str:
     """The samples the scorer failed on (kept out of every rate), one line each."""
     if not unscored:
         return ""
@@ -108,14 +110,14 @@ def unscored_text(unscored: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _fmt_calls(metric: dict[str, Any] | None) -> str:
+def _fmt_calls(metric: Mapping[str, Any] | None) -> str:
     """'1.8' mean calls per question, '-' where no tools were offered."""
     if not metric or not metric.get("n") or metric.get("rate") is None:
         return "-"
     return f"{metric['rate']:.1f}"
 
 
-def fmt_mean(metric: dict[str, Any] | None) -> str:
+def fmt_mean(metric: Mapping[str, Any] | None) -> str:
     """'0.625 (n=16)' for a mean such as recall@k, '-' when it does not apply."""
     if not metric or not metric.get("n") or metric.get("rate") is None:
         return "-"

@@ -25,7 +25,7 @@ def _settings(judge_file: str | None, model: str | None, run_dir: str | None):
     elif run_dir:
         from evalpipe.store import RunStore
 
-        section = (RunStore(run_dir).read_json("manifest.json").get("config") or {}).get("judge")
+        section = RunStore(run_dir).read_manifest().config.as_dict().get("judge")
         source = f"{run_dir}/manifest.json"
     if section:
         return parse_config({"questions": ["-"], "judge": section}, source=source).judge

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from evalpipe.errors import InputError
 from evalpipe.identity import sample_key
 from evalpipe.questions import Question
-from evalpipe.records import SCHEMA_VERSION, SampleRecord, ScoredSample
+from evalpipe.records import (
+    SCHEMA_VERSION,
+    GroupRecord,
+    Manifest,
+    SampleRecord,
+    ScoredSample,
+    Scores,
+    UnscoredRecord,
+    VerdictCounts,
+)
 from evalpipe.scoring.aggregate import aggregate
 from evalpipe.scoring.categories import SCORER_ERROR
 from evalpipe.scoring.plan import RULE_SETS
 from evalpipe.scoring.score import SCORER_VERSION, score_sample
 
 MAX_ERROR_CHARS = 300
+DEFAULT_K = 3  # the retrieval metrics' cut-off of a run whose config records none
 
 
 def unscored(sample: SampleRecord, question: Question, exc: Exception) -> ScoredSample:
@@ -32,28 +42,26 @@ def unscored(sample: SampleRecord, question: Question, exc: Exception) -> Scored
             "schema_version": SCHEMA_VERSION}
 
 
-def match_rules(manifest: dict[str, Any]) -> str:
+def match_rules(manifest: Manifest) -> str:
     """The run's argument rule set (config key `match`), checked against RULE_SETS."""
-    rules = (manifest.get("config") or {}).get("match") or "evalpipe"
+    rules = manifest.config.match or "evalpipe"
     if rules not in RULE_SETS:
         raise InputError(f"unknown rule set {rules!r}", field="match",
                          expected=" | ".join(RULE_SETS))
     return rules
 
 
-def score_records(manifest: dict[str, Any], questions: dict[str, Question],
+def score_samples(manifest: Manifest, questions: dict[str, Question],
                   samples: Iterable[SampleRecord], k: int | None = None,
                   source: str = "samples.jsonl",
-                  judgements: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """scores.json content: every sample scored, the per cell x suite aggregates, and
-    "unscored": the samples the scorer failed on (a scorer bug must not cost a run).
-    `judgements` are the judge's recorded verdicts (judgements.jsonl), read, never made."""
+                  judgements: list[dict[str, Any]] | None = None) -> list[ScoredSample]:
+    """Every sample scored; one the scorer fails on is recorded as such (`unscored`: a
+    scorer bug must not cost a run). `judgements` are the judge's recorded verdicts
+    (judgements.jsonl), read, never made."""
     by_sample = {(j["cell_id"], j["question_id"], int(j.get("repeat") or 0)): j
                  for j in judgements or ()}
-    k = k or int((manifest.get("config") or {}).get("k", 3))
-    rules = match_rules(manifest)
+    k, rules = k or manifest.config.k or DEFAULT_K, match_rules(manifest)
     scored: list[ScoredSample] = []
-    failed = []
     for s in samples:
         q = questions.get(s["question_id"])
         if q is None:
@@ -62,16 +70,34 @@ def score_records(manifest: dict[str, Any], questions: dict[str, Question],
             scored.append(score_sample(s, q, k=k, rules=rules,
                                        judgement=by_sample.get(sample_key(s))))
         except Exception as exc:  # noqa: BLE001 -- recorded per sample, the rest is scored
-            record = unscored(s, q, exc)
-            scored.append(record)
-            failed.append({"cell_id": record["cell_id"], "question_id": record["question_id"],
-                           "repeat": record["repeat"], SCORER_ERROR: record.get("scorer_error")})
-    return {"run_id": manifest.get("run_id"), "scorer_version": SCORER_VERSION, "k": k,
-            "schema_version": SCHEMA_VERSION, "groups": aggregate(scored), "samples": scored,
-            "unscored": failed, "verdicts": verdict_counts(scored), "match": rules}
+            scored.append(unscored(s, q, exc))
+    return scored
 
 
-def verdict_counts(scored: list[ScoredSample]) -> dict[str, Any]:
+def scores_of(manifest: Manifest, scored: list[ScoredSample], k: int | None = None) -> Scores:
+    """scores.json, made here alone (a finished run's, and the viewer's of a run still
+    running): the scored samples, the aggregates per cell x suite, the samples the
+    scorer failed on, and where the answer verdicts came from."""
+    failed: list[UnscoredRecord] = [
+        {"cell_id": s["cell_id"], "question_id": s["question_id"], "repeat": s["repeat"],
+         "scorer_error": s["scorer_error"]} for s in scored if "scorer_error" in s]
+    groups = cast(list[GroupRecord], aggregate(scored))  # by cell_id and suite
+    return {"run_id": manifest.run_id, "scorer_version": SCORER_VERSION,
+            "k": k or manifest.config.k or DEFAULT_K, "schema_version": SCHEMA_VERSION,
+            "groups": groups, "samples": scored, "unscored": failed,
+            "verdicts": verdict_counts(scored), "match": match_rules(manifest)}
+
+
+def score_records(manifest: Manifest, questions: dict[str, Question],
+                  samples: Iterable[SampleRecord], k: int | None = None,
+                  source: str = "samples.jsonl",
+                  judgements: list[dict[str, Any]] | None = None) -> Scores:
+    """scores.json of a run's records (score_samples, then scores_of)."""
+    return scores_of(manifest, score_samples(manifest, questions, samples, k, source,
+                                             judgements), k)
+
+
+def verdict_counts(scored: list[ScoredSample]) -> VerdictCounts:
     """How many answer verdicts came from the judge (and its models), and how many the
     rules left undecided without one."""
     judged = [r for r in scored if r.get("verdict_source") == "judge"]

@@ -101,13 +101,13 @@ BUILTIN_TOOLS: dict[str, Tool] = {
     ]
 }
 
-CALCULATOR = [BUILTIN_TOOLS[n] for n in ("add", "subtract", "multiply", "divide")]
+CALCULATOR = ["add", "subtract", "multiply", "divide"]
 
 # A toolset is one line here: its name and its tools (a list, or where one lives).
 TOOLSETS: Registry[list[Tool]] = Registry("toolset", "toolsets")
 TOOLSETS.add("none", [])
-TOOLSETS.add("calculator", CALCULATOR)
-TOOLSETS.add("math", CALCULATOR + [BUILTIN_TOOLS[n] for n in ("power", "sqrt", "fib")])
+TOOLSETS.add("calculator", [BUILTIN_TOOLS[n] for n in CALCULATOR])
+TOOLSETS.add("math", [BUILTIN_TOOLS[n] for n in (*CALCULATOR, "power", "sqrt", "fib")])
 TOOLSETS.add("question", [])  # only the schema-only tools each question lists in its "tools"
 
 SEARCH_TOOL = "search_site"  # the retrieval tool of cells with retrieval mode `tool`

@@ -36,11 +36,10 @@ from evalpipe._report.render import (
 )
 from evalpipe.errors import InputError
 from evalpipe.questions import Question
-from evalpipe.records import SampleRecord, ScoredSample
-from evalpipe.scoring.aggregate import aggregate
-from evalpipe.scoring.run import score_records, verdict_counts
-from evalpipe.store import RunStore, run_status
-from evalpipe.view.shapes import DamagedRun, check_record, read_manifest, read_scores
+from evalpipe.records import GroupRecord, Manifest, SampleRecord, ScoredSample, Scores
+from evalpipe.scoring.run import score_samples, scores_of
+from evalpipe.store import RunStore, read_run_file
+from evalpipe.view.shapes import DamagedRun, check_record
 
 MAX_PAGE = 500  # rows per page of the sample browser
 ANSWER_CHARS = 2000  # of a final answer kept for the text filter and the row
@@ -86,6 +85,23 @@ def _key(s: Mapping[str, Any]) -> tuple[str, str, int]:
     return s.get("cell_id") or "", s.get("question_id") or "", s.get("repeat") or 0
 
 
+def read_manifest(run: Path) -> Manifest:
+    """A run's manifest.json, checked by its type; DamagedRun where it does not fit,
+    FileNotFoundError where it is gone."""
+    try:
+        return read_run_file(run / "manifest.json", Manifest)
+    except InputError as exc:
+        raise _damaged(run, exc) from None
+
+
+def read_scores(run: Path) -> Scores:
+    """A run's scores.json, checked by its type (as read_manifest)."""
+    try:
+        return read_run_file(run / "scores.json", Scores)
+    except InputError as exc:
+        raise _damaged(run, exc) from None
+
+
 class RunIndex:
     """One run directory, read in place and kept up to date by `refresh`."""
 
@@ -93,7 +109,8 @@ class RunIndex:
         self.path = path
         self.store = RunStore(path)
         self.lock = threading.RLock()
-        self.manifest: dict[str, Any] = {}
+        self.manifest: Manifest | None = None
+        self.scores: Scores | None = None  # scores.json, once the run finished
         self.questions: dict[str, Question] = {}
         self.scored: list[ScoredSample] = []
         self.rows: dict[tuple[str, str, int], _Row] = {}
@@ -140,15 +157,14 @@ class RunIndex:
     def _read(self, seen: dict[str, Any]) -> None:
         old, self._seen = self._seen, seen
         samples_id = seen["samples"]
-        manifest = read_manifest(self.path)
-        self.manifest = manifest
+        self.manifest = manifest = read_manifest(self.path)
         if seen["questions.jsonl"] != old.get("questions.jsonl") or not self.questions:
             self.questions = (self.store.questions() if seen["questions.jsonl"] else {})
         rewritten = (samples_id is None or old.get("samples") is None
                      or samples_id[:2] != old["samples"][:2] or samples_id[2] < self._offset
                      # the judge's verdicts change scores already made here
                      or seen["judgements.jsonl"] != old.get("judgements.jsonl"))
-        use_file = run_status(manifest) == "finished" and seen["scores.json"] is not None
+        use_file = manifest.status == "finished" and seen["scores.json"] is not None
         if rewritten or (use_file and seen["scores.json"] != old.get("scores.json")) \
                 or (self.from_file and not use_file):
             self.scored, self.rows, self.blocks, self._offset = [], {}, {}, 0
@@ -156,14 +172,13 @@ class RunIndex:
         fresh = self._scan()
         if use_file:
             if not self.from_file:
-                scores = read_scores(self.path)
-                self.scored = list(scores["samples"])
-                self._scores_meta = {k: v for k, v in scores.items() if k != "samples"}
+                self.scores = read_scores(self.path)
+                self.scored = self.scores["samples"]
                 self.from_file = True
         elif fresh:
-            self.scored += score_records(self.manifest, self.questions, fresh,
+            self.scored += score_samples(manifest, self.questions, fresh,
                                          source=str(self.store.samples_path),
-                                         judgements=self.store.read_judgements())["samples"]
+                                         judgements=self.store.read_judgements())
         self.version += 1
 
     def _scan(self) -> list[SampleRecord]:
@@ -198,19 +213,13 @@ class RunIndex:
         with self.lock:
             self.refresh()
             if self._report is None or self._report[0] != self.version:
-                if self.from_file:
-                    scores = {**self._scores_meta, "samples": self.scored}
-                else:
-                    k = int((self.manifest.get("config") or {}).get("k") or 3)
-                    scores = {"run_id": self.manifest.get("run_id"), "k": k,
-                              "groups": aggregate(self.scored), "samples": self.scored,
-                              "scorer_version": (self.scored[0].get("scorer_version")
-                                                 if self.scored else None),
-                              "unscored": [s for s in self.scored if s.get("scorer_error")],
-                              "verdicts": verdict_counts(self.scored)}
+                manifest = self.manifest
+                assert manifest is not None  # refresh() read it
+                scores = self.scores if self.from_file and self.scores is not None else \
+                    scores_of(manifest, self.scored)
                 audit = _read_json(self.path / "audit.json")
                 probe = list(self.store.iter_records(self.store.probe_path))
-                run = RunData(self.path, self.manifest, self.questions, [], scores,
+                run = RunData(self.path, manifest, self.questions, [], scores,
                               rescored=not self.from_file, audit=audit, probe=probe)
                 self._report = (self.version, run, build_report(run))
             return self._report[1], self._report[2]
@@ -239,7 +248,7 @@ class RunIndex:
         scored = self.scored
         return {
             "id": self.path.name, "run": data["run"], "version": self.version,
-            "samples": len(scored), "expected": expected_samples(self.manifest),
+            "samples": len(scored), "expected": expected_samples(run.manifest),
             "notes": notes, "cost_note": COST_NOTE, "noise": noise_floor_line(data),
             "tables": tables,
             "filters": {"cell": run.cells(),
@@ -326,17 +335,19 @@ class RunIndex:
             return self._plots[1]
 
 
-def expected_samples(manifest: dict[str, Any]) -> int | None:
+def expected_samples(manifest: Manifest) -> int | None:
     """How many samples the finished run will hold (cells x questions x repeats), or None
     when the manifest cannot tell."""
     from evalpipe.config import parse_config
 
-    try:
-        cells = len(parse_config(manifest["config"], source="manifest.json").cells())
-        repeats = len((manifest.get("repeats") or {}).get("seeds") or [0])
-        return cells * int(manifest["questions"]) * repeats
-    except (KeyError, TypeError, ValueError, InputError):
+    if manifest.questions is None:
         return None
+    try:
+        cells = len(parse_config(manifest.config.as_dict(), source="manifest.json").cells())
+    except InputError:
+        return None
+    repeats = len(manifest.repeats.seeds or [0]) if manifest.repeats else 1
+    return cells * manifest.questions * repeats
 
 
 class Outputs:
@@ -409,18 +420,18 @@ class Outputs:
         runs.sort(key=lambda r: (r.get("started") or "", r["id"]), reverse=True)
         return {"runs": runs, "damaged": sorted(damaged, key=lambda d: d["id"])}
 
-    def _headline(self, name: str, path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    def _headline(self, name: str, path: Path, manifest: Manifest) -> dict[str, Any]:
         """Samples and exact match (pooled over cells, and the best cell) of a run: from
         scores.json when the run finished, else from its index when one is open, else
         the count of lines written so far."""
-        finished = run_status(manifest) == "finished"
+        finished = manifest.status == "finished"
         scores_path = path / "scores.json"
         stamp = (_identity(scores_path), _identity(path / "samples.jsonl"), finished)
         index = self._runs.get(name)
         cached = self._headlines.get(name)
         if cached and cached[0] == stamp and (index is None or index.damage is None):
             return cached[1] or {}
-        groups: list[dict[str, Any]] | None = None
+        groups: list[GroupRecord] | None = None
         samples = None
         if index is not None and index.damage is not None:
             index.refresh()  # raises the damage found when the run was opened, if still there
