@@ -42,7 +42,7 @@ import os
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -526,10 +526,10 @@ class BatchGenerator:
 
     def _prefix_kv(self, prefix: list[int]):
         """The key/value cache of `prefix` (one row), from the store or computed."""
-        key = tuple(prefix)
-        found = self.store.longest(prefix) if self.store is not None else None
-        if found is not None and len(found[0]) == len(prefix):
-            self.store.hits += 1
+        key, store = tuple(prefix), self.store
+        found = store.longest(prefix) if store is not None else None
+        if store is not None and found is not None and len(found[0]) == len(prefix):
+            store.hits += 1
             self.stats["reused_tokens"] += len(prefix)
             self.last_prefix_ms = 0.0
             return found[1]
@@ -620,7 +620,7 @@ class BatchGenerator:
             on = torch.full_like(on, -1)
         layers = self._empty_layers(n, copied + head + width + min(max_new, GROW), copied + head) \
             if into is None else self._window(into, n, copied + head + width, copied + head)
-        if copied:
+        if copied and prefix_kv is not None:
             for layer, (k, v) in zip(layers, prefix_kv):
                 layer.buf_k[:, :, :copied] = k
                 layer.buf_v[:, :, :copied] = v
@@ -650,11 +650,11 @@ class BatchGenerator:
     def _merge(self, parts: list[tuple[_State, list[int]]], headroom: int) -> _State | None:
         """One state holding the kept rows of each part, in order; columns that are
         padding in every row of a part are cut off its left."""
-        parts = [(state, torch.tensor(keep, device=self.device)) for state, keep in parts if keep]
-        if not parts:
+        picked = [(state, torch.tensor(keep, device=self.device)) for state, keep in parts if keep]
+        if not picked:
             return None
         spans = []
-        for state, idx in parts:
+        for state, idx in picked:
             mask = state.mask.index_select(0, idx)
             real = mask.any(dim=0).nonzero()
             lo = int(real[0]) if len(real) else state.length
@@ -664,7 +664,7 @@ class BatchGenerator:
         layers = self._empty_layers(rows_total, length + headroom, length)
         mask = torch.zeros((rows_total, length), dtype=torch.long, device=self.device)
         r0 = 0
-        for (state, idx), (lo, hi, m) in zip(parts, spans):
+        for (state, idx), (lo, hi, m) in zip(picked, spans):
             n, w = m.shape[0], hi - lo
             mask[r0: r0 + n, length - w:] = m[:, lo:hi]
             for li, layer in enumerate(layers):
@@ -677,11 +677,11 @@ class BatchGenerator:
             layer._view()
 
         def pick(name: str) -> torch.Tensor:
-            return torch.cat([getattr(state, name).index_select(0, idx) for state, idx in parts])
+            return torch.cat([getattr(state, name).index_select(0, idx) for state, idx in picked])
 
-        rows = [state.rows[i] for state, idx in parts for i in idx.tolist()]
+        rows = [state.rows[i] for state, idx in picked for i in idx.tolist()]
         return _State(layers, mask, pick("pos"), pick("last"), rows, pick("prefix"),
-                      _prefixes_of(state for state, _ in parts))
+                      _prefixes_of(state for state, _ in picked))
 
     # -- the loop ----------------------------------------------------------------------------
     def session(self, *, max_new_tokens: int, batch_size: int, temperature: float = 0.0,
@@ -812,7 +812,7 @@ class DecodeSession:
         return torch.cat([torch.multinomial(probs[i], 1, generator=r.rng)
                           for i, r in enumerate(rows)])
 
-    def _take(self, state: _State, rows: list[int], tokens: torch.Tensor) -> list[int]:
+    def _take(self, state: _State, rows: Sequence[int], tokens: torch.Tensor) -> list[int]:
         """Append the chosen tokens to the rows at `rows` of `state`; the positions (in
         `rows`) of those still running."""
         alive = []
@@ -848,13 +848,14 @@ class DecodeSession:
     def _attach_head(self, r: _Row, skip: int) -> None:
         """Give `r` the cache its conversation's last turn left, as far as its prompt
         starts with the same tokens (at least one token is left to prefill)."""
-        turn = self.turns.take(r.key) if self.turns is not None else None
-        if turn is None or turn.skip != skip:
+        turns = self.turns
+        turn = turns.take(r.key) if turns is not None else None
+        if turns is None or turn is None or turn.skip != skip:
             return
         m = min(common_length(turn.tokens, r.prompt), len(r.prompt) - 1) - skip
         if m > 0:
             r.head, r.head_kv = m, turn.kv
-            self.turns.hits += 1
+            turns.hits += 1
 
     def _decide_prefixes(self) -> None:
         """A prefix for each group first seen among the waiting prompts: the longest one
@@ -923,8 +924,8 @@ class DecodeSession:
                 r.first = now
             parts.append((state, self._take(state, range(len(chunk)), state.last)))
         if all(len(keep) == len(state.rows) for state, keep in parts):
-            if len(parts) == 1:
-                return parts[0][0]  # nothing to drop or join: no copy
+            if into is None:  # one run alone: nothing to drop or join, no copy
+                return parts[0][0]
             return _stacked(into[0], [state for state, _ in parts])
         return self.gen._merge(parts, GROW)  # rows that ended on their first token go
 
@@ -951,10 +952,10 @@ class DecodeSession:
         dead = (len(state.rows) - len(alive)) if state is not None else 0
         if new_state is not None and (state is None or not alive):
             state, alive = new_state, list(range(len(new_state.rows)))  # nothing to merge: no copy
-        elif new_state is not None:
+        elif new_state is not None and state is not None:
             state = gen._merge([(state, alive), (new_state, list(range(len(new_state.rows))))],
                                min(self.max_new, GROW))
-            alive = list(range(len(state.rows)))
+            alive = list(range(len(state.rows))) if state is not None else []
         elif state is not None and dead and (dead * 4 >= len(state.rows) or not self.waiting):
             state = _compact(state, alive)
             alive = list(range(len(state.rows)))
