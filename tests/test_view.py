@@ -222,7 +222,7 @@ def test_a_large_run_is_served_a_page_at_a_time(tmp_path):
     assert page["matched"] == 2000 and len(page["rows"]) == MAX_PAGE
     assert page["rows"][0]["qid"] == "a2-1500"
     assert index.page(result="correct")["matched"] == 500
-    run, _ = index.run_data()
+    run = index.report().run
     assert run.samples == []
     one = index.sample(1999)
     assert one["sample"]["qid"] == "a1-1999"

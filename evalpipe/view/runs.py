@@ -21,19 +21,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from evalpipe import jsonl
-from evalpipe._report.build import MAIN_METRICS, build_report, metric_label
-from evalpipe._report.compare import Comparison, compare_runs, cost_changes
-from evalpipe._report.html import sample_view
-from evalpipe._report.load import RunData, run_facts
-from evalpipe._report.render import (
-    COST_NOTE,
-    accuracy_grid,
-    category_grid,
-    cost_grid,
-    noise_floor_line,
-    repeats_grid,
-    report_notes,
-)
+from evalpipe._report.pages import RunData, RunReport, compare_page, run_facts, sample_view
 from evalpipe.errors import InputError
 from evalpipe.questions import Question
 from evalpipe.records import GroupRecord, Manifest, SampleRecord, ScoredSample, Scores
@@ -121,7 +109,7 @@ class RunIndex:
         self._offset = 0  # samples.jsonl read up to here
         self._lines = 0  # the lines before _offset (a damaged line is named by its number)
         self.damage: tuple[dict[str, Any], DamagedRun] | None = None  # what was seen, why
-        self._report: tuple[int, RunData, dict[str, Any]] | None = None
+        self._report: tuple[int, RunReport] | None = None
         self._plots: tuple[int, dict[str, bytes]] | None = None
 
     # -- reading ---------------------------------------------------------------------------
@@ -208,8 +196,8 @@ class RunIndex:
             return json.loads(f.read(end - start))
 
     # -- what the pages show ---------------------------------------------------------------
-    def run_data(self) -> tuple[RunData, dict[str, Any]]:
-        """The run as the report reads it (raw samples left on disk) and its report data."""
+    def report(self) -> RunReport:
+        """The run as the reports read it (raw samples left on disk), and its report."""
         with self.lock:
             self.refresh()
             if self._report is None or self._report[0] != self.version:
@@ -221,40 +209,24 @@ class RunIndex:
                 probe = list(self.store.iter_records(self.store.probe_path))
                 run = RunData(self.path, manifest, self.questions, [], scores,
                               rescored=not self.from_file, audit=audit, probe=probe)
-                self._report = (self.version, run, build_report(run))
-            return self._report[1], self._report[2]
+                self._report = (self.version, RunReport(run))
+            return self._report[1]
 
     def summary(self) -> dict[str, Any]:
         """The run page: facts, notes, tables (formatted as the reports format them),
         the browser's filter values and the plot names."""
-        run, data = self.run_data()
-        k = data["k"]
-        tables = []
-        for metric, _, proportion in MAIN_METRICS:
-            header, rows = accuracy_grid(data, metric, proportion)
-            tables.append({"id": f"acc-{metric}", "title": metric_label(metric, k),
-                           "header": header, "rows": rows})
-        for table_id, title, (header, rows) in (
-                ("categories", "Failure categories (suite all)", category_grid(data)),
-                ("cost", "Cost per sample (suite all, means)", cost_grid(data))):
-            tables.append({"id": table_id, "title": title, "header": header, "rows": rows})
-        if any(r["repeats"] > 1 for r in data.get("repeats") or []):
-            header, rows = repeats_grid(data)
-            tables.append({"id": "repeats", "title": "Repeats", "header": header, "rows": rows})
-        notes = report_notes(data)
-        if run.rescored:
-            notes.append("Scored here with the current scorer as samples arrive (no "
-                         "scores.json yet).")
+        report = self.report()
+        shown = report.summary()
         scored = self.scored
         return {
-            "id": self.path.name, "run": data["run"], "version": self.version,
-            "samples": len(scored), "expected": expected_samples(run.manifest),
-            "notes": notes, "cost_note": COST_NOTE, "noise": noise_floor_line(data),
-            "tables": tables,
-            "filters": {"cell": run.cells(),
+            "id": self.path.name, "run": shown["run"], "version": self.version,
+            "samples": len(scored), "expected": expected_samples(report.run.manifest),
+            "notes": shown["notes"], "cost_note": shown["cost_note"], "noise": shown["noise"],
+            "tables": shown["tables"],
+            "filters": {"cell": shown["cells"],
                         "suite": sorted({str(s.get("suite")) for s in scored}),
                         "category": sorted({str(s.get("category")) for s in scored})},
-            "plots": self.plot_names(),
+            "plots": report.plot_names(),
         }
 
     def page(self, *, cell: str = "", suite: str = "", category: str = "", result: str = "",
@@ -309,29 +281,13 @@ class RunIndex:
                                if b in wanted})
             return {"sample": view, "blocks": blocks, "index": index}
 
-    def plot_names(self) -> list[str]:
-        """The plots this run has, without drawing them; [] without matplotlib."""
-        from evalpipe._report.plots import applicable
-
-        try:
-            import matplotlib  # noqa: F401 -- the plots' one extra
-        except ModuleNotFoundError:
-            return []
-        return applicable(self.run_data()[1])
-
     def plots(self) -> dict[str, bytes]:
         """The report's plots (PNG), drawn once per version of the run; {} without
         matplotlib."""
-        from evalpipe._report.plots import render_plots
-        from evalpipe.errors import EvalpipeError
-
         with self.lock:
-            _, data = self.run_data()
+            report = self.report()
             if self._plots is None or self._plots[0] != self.version:
-                try:
-                    self._plots = (self.version, render_plots(data))
-                except EvalpipeError:
-                    self._plots = (self.version, {})
+                self._plots = (self.version, report.plots())
             return self._plots[1]
 
 
@@ -440,7 +396,7 @@ class Outputs:
             groups = scores["groups"]
             samples = len(scores["samples"])
         elif name in self._runs:
-            run, _ = self._runs[name].run_data()
+            run = self._runs[name].report().run
             groups, samples = run.scores["groups"], len(run.scores["samples"])
         else:
             samples = _count_lines(path / "samples.jsonl")
@@ -461,24 +417,8 @@ class Outputs:
 
     def compare(self, a: str, b: str) -> dict[str, Any]:
         """The paired comparison of run b against run a, as the compare page shows it."""
-        from evalpipe._report.compare import HEADER, metric_rows, summary_line
-
-        run_a, data_a = self.get(a).run_data()
-        run_b, data_b = self.get(b).run_data()
-        cmp: Comparison = compare_runs(run_a, run_b)
-        cells = []
-        for cc in cmp.cells + ([cmp.pooled] if cmp.pooled else []):
-            cells.append({
-                "title": cc.b_cell if cc.a_cell == cc.b_cell else f"{cc.a_cell} -> {cc.b_cell}",
-                "a_cell": cc.a_cell, "b_cell": cc.b_cell, "matched_by": cc.matched_by,
-                "pairs": cc.n_pairs, "header": HEADER, "rows": metric_rows(cc, cmp.k),
-                "right_to_wrong": cc.right_to_wrong, "wrong_to_right": cc.wrong_to_right,
-                "category_moves": [list(m) for m in cc.category_moves],
-                "unchanged": cc.unchanged_categories})
-        return {"a": {"id": a, **data_a["run"]}, "b": {"id": b, **data_b["run"]},
-                "verdict": summary_line(cmp), "warnings": cmp.warnings,
-                "questions": cmp.questions_shared, "cells": cells,
-                "cost": cost_changes(cmp, data_a, data_b)}
+        page = compare_page(self.get(a).report(), self.get(b).report())
+        return {**page, "a": {"id": a, **page["a"]}, "b": {"id": b, **page["b"]}}
 
 
 def _count_lines(path: Path) -> int:
