@@ -467,5 +467,6 @@ class Manifest(_Read):
         """The cell as recorded (empty where it was not)."""
         return self.cells.get(cell_id) or CellRecord()
 
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_unset=True)
+    def to_dict(self) -> dict[str, Any]:
+        """As written: every key a step set (values JSON cannot hold are written as text)."""
+        return self.model_dump(exclude_unset=True)

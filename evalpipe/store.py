@@ -219,7 +219,7 @@ class RunStore:
         failed = None
         for _ in range(2):  # the second time with the reserve given up
             try:
-                self.write_json("manifest.json", manifest.to_json())
+                self.write_json("manifest.json", manifest.to_dict())
                 failed = None
                 break
             except StorageError as exc:
@@ -233,7 +233,7 @@ class RunStore:
     def _save(self) -> None:
         """Write manifest.json, then keep twice its size in reserve (best effort): the
         write that records how the run ended must not fail for lack of space."""
-        self.write_json("manifest.json", self.manifest.to_json())
+        self.write_json("manifest.json", self.manifest.to_dict())
         need = 2 * (self.manifest_path.stat().st_size + 4096)
         with contextlib.suppress(OSError):
             if not self.reserve_path.is_file() or self.reserve_path.stat().st_size < need:
