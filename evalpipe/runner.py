@@ -263,7 +263,7 @@ class Run:
 
     def _finish(self, cache: GenerationCache | None) -> None:
         store = self.store
-        facts: dict[str, Any] = {}  # what the last steps found, for the manifest
+        retry = cache_counts = judged = None  # what the last steps found, for the manifest
         merged = self.shard.merge(store.path, self.out_root, self.config.hash(),
                                   [c.id for c in self.cells], timeout=float(os.environ.get(
                                       "EVALPIPE_PART_TIMEOUT", str(24 * 3600))))
@@ -275,24 +275,22 @@ class Run:
         if self.retry_infra:
             retried = store.fold_retries()
             still = len(self._infra_samples()[0])
-            facts["retries"] = [*store.manifest.retries, {
-                "time": now(), "retried": retried, "first_causes": dict(self.retrying),
-                "still_infra": still}]
+            retry = {"time": now(), "retried": retried, "first_causes": dict(self.retrying),
+                     "still_infra": still}
             self.echo(f"retried {retried} infra errors; {still} still failed")
         if cache is not None:
-            facts["cache"] = {"hits": cache.hits, "misses": cache.misses,
-                              "path": str(cache.path),
-                              **({"problem": cache.problem} if cache.problem else {})}
+            cache_counts = {"hits": cache.hits, "misses": cache.misses, "path": str(cache.path),
+                            **({"problem": cache.problem} if cache.problem else {})}
             self.echo(f"generation cache: {cache.hits} replies reused, {cache.misses} generated")
         if self.judge is not None:
-            facts["judge"] = run_judge(store, self.judge, cache, self.echo)
+            judged = run_judge(store, self.judge, cache, self.echo)
         scores = score_run(store)
         # Each sample once: the groups count it under its suite and again under "all".
         infra = sum(bool(s.get("infra")) for s in scores["samples"])
         if infra:
             self.echo(f"{infra} samples are infra errors (backend, timeout or harness): "
                       f"re-run them with `evalpipe run --resume {store.path} --retry-infra`")
-        store.finish(**facts)
+        store.finish(retry=retry, cache=cache_counts, judge=judged)
         store.release()
         _point_latest(store.path)
 

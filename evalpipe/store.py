@@ -201,12 +201,18 @@ class RunStore:
         self._save()
         return True
 
-    def finish(self, **facts: Any) -> None:
-        """The run finished: its status, when, and what the last steps found (the
-        cache's counts, the judge's, the retries')."""
+    def finish(self, *, retry: dict[str, Any] | None = None,
+               cache: dict[str, Any] | None = None, judge: dict[str, Any] | None = None
+               ) -> None:
+        """The run finished: its status, when, and what its last steps found (this
+        retry of infra errors, the generation cache's counts, what the judge did)."""
         manifest = self.manifest
-        for key, value in facts.items():
-            setattr(manifest, key, value)
+        if retry is not None:
+            manifest.retries = [*manifest.retries, retry]
+        if cache is not None:
+            manifest.cache = cache
+        if judge is not None:
+            manifest.judge = judge
         manifest.finished, manifest.status = now(), "finished"
         self._save()
 
