@@ -58,7 +58,7 @@ def test_a_tampered_or_foreign_model_file_is_refused(tmp_path):
 
 def test_features_keep_vietnamese_tones_and_join_hyphenated_words():
     assert "w:chịu" in features("Câu này tôi chịu.") and "w:chiu" not in features("tôi chịu")
-    assert "w:wifi" in features("no Wi-Fi password")
+    assert {"w:wifi", "p:no wifi"} <= features("no Wi-Fi password")
 
 
 def test_rules_learned_and_both_are_measured_on_the_held_out_written_replies():
