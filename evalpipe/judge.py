@@ -52,6 +52,7 @@ from evalpipe.scoring.score import gold_for
 from evalpipe.store import RunStore
 
 DEFAULT_MAX_NEW_TOKENS = 64
+FREE_FORM = ("number", "text", "abstain")  # the answers a judge grades
 
 
 def _reference(answer: Any, aliases: list[str] | tuple[str, ...]) -> str:
@@ -176,7 +177,7 @@ def judge_run(run_dir: str | Path, judge: Judge, use: str = "undecided",
     items, keys = [], []
     for sample in store.iter_samples():
         q = questions.get(sample["question_id"])
-        if q is None or q.answer_type not in ("number", "text", "abstain"):
+        if q is None or q.answer_type not in FREE_FORM:
             continue
         final = sample.get("final_answer") or ""
         if sample.get("error") or not applies(match_answer(final, gold_for(q)).decided,
@@ -197,6 +198,12 @@ def _item(q: Question, reply: str) -> dict[str, Any]:
             "answer_type": q.answer_type, "lang": q.lang, "reply": reply}
 
 
+def is_right(row: dict[str, Any]) -> bool:
+    """A labelled reply's truth: `label` "right" (grading_labels.jsonl) or `answer_right`
+    (qwen_labels.jsonl, whole labelled samples)."""
+    return bool(row["answer_right"]) if "answer_right" in row else row["label"] == "right"
+
+
 def judge_agreement(judge: Judge, labels: list[dict[str, Any]]) -> dict[str, Any]:
     """The judge's and the rules' agreement with a labelled set: Cohen's kappa and raw
     agreement on the items each decides (the judge: both orders agree; the rules: not
@@ -205,7 +212,8 @@ def judge_agreement(judge: Judge, labels: list[dict[str, Any]]) -> dict[str, Any
     judge's verdict where they abstain."""
     from sklearn.metrics import accuracy_score, cohen_kappa_score
 
-    truth = [r["label"] == "right" for r in labels]
+    labels = [r for r in labels if r["answer_type"] in FREE_FORM]  # the judge's kind
+    truth = [is_right(r) for r in labels]
     verdicts = judge.grade([{**r, "aliases": r.get("aliases") or []} for r in labels])
     rules = []
     for r in labels:
@@ -233,6 +241,6 @@ def judge_agreement(judge: Judge, labels: list[dict[str, Any]]) -> dict[str, Any
                 **measure(undecided), "undecided": sum(p is None for p in rules)},
             "rules_then_judge": measure([j if p is None else p
                                          for j, p in zip(judged, rules)]),
-            "items": [{"id": r.get("id"), "label": r["label"], "judge": v["verdict"],
+            "items": [{"id": r.get("id"), "right": t, "judge": v["verdict"],
                        "outcome": v["outcome"], "rules": p, "raw": v["raw"]}
-                      for r, v, p in zip(labels, verdicts, rules)]}
+                      for r, t, v, p in zip(labels, truth, verdicts, rules)]}

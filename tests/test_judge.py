@@ -263,9 +263,16 @@ def _served(url: str, **extra) -> dict:
 
 
 def _served_oracle(path, body):
-    reply = question_of(body)
-    data = json.loads(reply)
+    if "reply_to_grade" not in question_of(body):  # the cache's probe of the server
+        return Json(chat("one, two, three... Paris"))
+    data = json.loads(question_of(body))
     return Json(chat(CORRECT if "294" in data["reply_to_grade"] else INCORRECT))
+
+
+def _judged(server: FakeOpenAI) -> list[str]:
+    """The replies a served judge was asked to grade (its data objects)."""
+    return [json.loads(question_of(b))["reply_to_grade"] for b in server.posts()
+            if "reply_to_grade" in question_of(b)]
 
 
 @pytest.mark.parametrize("name, respond, outcome", [
@@ -294,7 +301,7 @@ def test_a_served_judge_that_fails_gives_no_verdict(name, respond, outcome):
 def test_a_well_behaved_served_judge_gives_verdicts():
     with FakeOpenAI(respond=_served_oracle) as server:
         judged = Judge(_served(server.url)).grade([ITEM, {**ITEM, "reply": "It is 17."}])
-        assert len(server.posts()) == 4
+        assert len(_judged(server)) == 4
     assert [j["verdict"] for j in judged] == [True, False]
 
 
@@ -394,6 +401,35 @@ def test_agreement_gives_kappa_and_raw_agreement_for_the_judge_and_the_rules():
     assert contrary["judge"]["raw_agreement"] == 0.0 and contrary["judge"]["kappa"] < 0
     echo = judge_agreement(Judge({"id": "echo"}, backend=ScriptedBackend(lambda p: p)), labels)
     assert echo["judge"]["n"] == 0 and echo["judge"]["undecided"] == 40
+
+
+def test_agreement_on_one_split_of_whole_labelled_samples(tmp_path):
+    """Rows of whole labelled samples (`answer_right`, `split`, `duplicate_of`): --split
+    measures on one split, and a row that repeats another is counted once."""
+    base = {"question": Q.question, "answer": 294, "aliases": [], "answer_type": "number",
+            "lang": "en"}
+    rows = [{**base, "id": "a", "split": "frozen", "reply": "Step 17, then 294",
+             "answer_right": True},
+            {**base, "id": "b", "split": "frozen", "reply": "It is 17.", "answer_right": False},
+            {**base, "id": "c", "split": "frozen", "reply": "It is 17.", "answer_right": False,
+             "duplicate_of": "b"},
+            {**base, "id": "d", "split": "dev", "reply": "294", "answer_right": True}]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with FakeOpenAI(respond=_served_oracle) as server:
+        (tmp_path / "judge.yaml").write_text(yaml.safe_dump({"judge": {"model": _served(
+            server.url)}}))
+        args = ["judge", "--agreement", "--judge", str(tmp_path / "judge.yaml"), "--labels",
+                str(labels)]
+        env = {"EVALPIPE_CACHE": str(tmp_path / "cache")}
+        frozen = CliRunner().invoke(main, [*args, "--split", "frozen"], env=env)
+        # a and b, both orders; c repeats b, d is of the other split
+        assert sorted(_judged(server)) == sorted(["Step 17, then 294", "It is 17."] * 2)
+        none = CliRunner().invoke(main, [*args, "--split", "held"], env=env)
+    assert frozen.exit_code == 0, frozen.output
+    assert "on 2 labelled replies: 2 verdict" in frozen.output
+    assert "100.0% raw, kappa 1.00 on 2/2" in frozen.output
+    assert none.exit_code == 2 and "no labelled replies" in none.output
 
 
 def test_the_judge_is_a_config_section_named_like_a_model(tmp_path):

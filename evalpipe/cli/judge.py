@@ -45,9 +45,11 @@ def _settings(judge_file: str | None, model: str | None, run_dir: str | None):
                    "with the rules' beside it (written to RUN_DIR/judge.json with a run).")
 @click.option("--labels", type=click.Path(exists=True, dir_okay=False),
               help="The labelled set (default evalpipe/scoring/labels/grading_labels.jsonl).")
+@click.option("--split", help="Only the labelled replies of this split (a row's `split`, e.g. "
+                             "dev or frozen).")
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N labelled replies.")
 @handle_errors
-def judge(run_dir, judge_file, model, use, agreement, labels, limit):
+def judge(run_dir, judge_file, model, use, agreement, labels, split, limit):
     """Grade RUN_DIR's free-form answers with a model-graded judge (where the rules
     abstain, or all with --use all), record judgements.jsonl and re-score the run; with
     --agreement, print the judge's agreement with a labelled set next to the rules'.
@@ -78,7 +80,13 @@ def judge(run_dir, judge_file, model, use, agreement, labels, limit):
         failures.append(could_not_judge(counts, run_dir))
     if agreement:
         path = labels or settings.labels or str(LABELS)
-        rows = load_labels(path)[:limit] if limit else load_labels(path)
+        # a row that repeats an earlier sample whole (`duplicate_of`) would count twice
+        rows = [r for r in load_labels(path) if not r.get("duplicate_of")
+                and (split is None or r.get("split") == split)][:limit]
+        if not rows:
+            raise InputError("no labelled replies to measure on", file=path, field="split",
+                             expected=f"rows whose split is {split!r}" if split else
+                             "a labelled reply")
         measured = judge_agreement(grader, rows)
         echo(agreement_line(measured))
         echo(f"the judge on {measured['labels']} labelled replies: "
