@@ -422,7 +422,8 @@ def test_agreement_on_one_split_of_whole_labelled_samples(tmp_path):
         args = ["judge", "--agreement", "--judge", str(tmp_path / "judge.yaml"), "--labels",
                 str(labels)]
         env = {"EVALPIPE_CACHE": str(tmp_path / "cache")}
-        frozen = CliRunner().invoke(main, [*args, "--split", "frozen"], env=env)
+        frozen = CliRunner().invoke(main, [*args, "--split", "frozen", "--out",
+                                           str(tmp_path / "m.json")], env=env)
         # a and b, both orders; c repeats b, d is of the other split
         assert sorted(_judged(server)) == sorted(["Step 17, then 294", "It is 17."] * 2)
         none = CliRunner().invoke(main, [*args, "--split", "held"], env=env)
@@ -430,6 +431,8 @@ def test_agreement_on_one_split_of_whole_labelled_samples(tmp_path):
     assert "on 2 labelled replies: 2 verdict" in frozen.output
     assert "100.0% raw, kappa 1.00 on 2/2" in frozen.output
     assert none.exit_code == 2 and "no labelled replies" in none.output
+    measured = json.loads((tmp_path / "m.json").read_text())
+    assert measured["split"] == "frozen" and [i["id"] for i in measured["items"]] == ["a", "b"]
 
 
 def test_the_judge_is_a_config_section_named_like_a_model(tmp_path):

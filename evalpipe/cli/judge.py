@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
-from evalpipe.cli.common import echo, handle_errors
+from evalpipe.cli.common import echo, handle_errors, write_output
 
 
 def _settings(judge_file: str | None, model: str | None, run_dir: str | None):
@@ -48,8 +50,11 @@ def _settings(judge_file: str | None, model: str | None, run_dir: str | None):
 @click.option("--split", help="Only the labelled replies of this split (a row's `split`, e.g. "
                              "dev or frozen).")
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N labelled replies.")
+@click.option("--out", type=click.Path(dir_okay=False),
+              help="Write the measurement (judge.json's content, every item's judgement "
+                   "included) to this file.")
 @handle_errors
-def judge(run_dir, judge_file, model, use, agreement, labels, split, limit):
+def judge(run_dir, judge_file, model, use, agreement, labels, split, limit, out):
     """Grade RUN_DIR's free-form answers with a model-graded judge (where the rules
     abstain, or all with --use all), record judgements.jsonl and re-score the run; with
     --agreement, print the judge's agreement with a labelled set next to the rules'.
@@ -91,9 +96,12 @@ def judge(run_dir, judge_file, model, use, agreement, labels, split, limit):
         echo(agreement_line(measured))
         echo(f"the judge on {measured['labels']} labelled replies: "
              f"{summary(measured['judge'])}")
+        record = {**measured, "labels_path": path, "split": split}
         if run_dir is not None:
-            RunStore(run_dir).write_json("judge.json", {**measured, "labels_path": path})
+            RunStore(run_dir).write_json("judge.json", record)
             echo(f"wrote {run_dir}/judge.json")
+        if out:
+            write_output(json.dumps(record, ensure_ascii=False, indent=1) + "\n", out)
         failures.append(could_not_judge(measured["judge"], path))
     failure = next((f for f in failures if f is not None), None)
     if failure is not None:
