@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import itertools
 import json
 import os
@@ -349,6 +350,7 @@ class Run:
                 for cell, runtime in zip(group.cells, runtimes):
                     on_cell(cell, runtime, facts, served)
             tool_use = _ToolUse(group, runtimes)
+            jobs: list = []
             for r, seed in enumerate(seeds):
                 # A repeat differs from the first only in its seed (and its number). The
                 # engine draws questions as conversations end: lazy, stoppable lists.
@@ -374,6 +376,10 @@ class Run:
             if warn is not None:
                 for problem in tool_use.ignored():
                     warn(problem)
+            # Free this model before the next one loads, so that two are never resident
+            # at once (the sizes job's peak memory); its packed layers hold cycles.
+            del backend, runtimes, tool_use, jobs
+            gc.collect()
         return count
 
 
