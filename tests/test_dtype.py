@@ -11,10 +11,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # Measured with this test's setup (docs/speed.md): on the 6-question arithmetic sample,
-# 3 of 6 bfloat16 final answers were identical to float32's (50%); the other three
-# differ in digits or wording (and all six are wrong under both dtypes: the 135M model
-# rarely calls the calculator). The assertion allows one question fewer than measured.
-MEASURED_AGREEMENT = 0.5
+# 5 of 6 bfloat16 final answers were identical to float32's on the bfloat16 panels with
+# float32 around them (3 of 6 with the whole model in bfloat16); the other differs in
+# digits (and all six are wrong under both dtypes: the 135M model rarely calls the
+# calculator). The assertion allows one question fewer than measured.
+MEASURED_AGREEMENT = 5 / 6
 MARGIN = 0.17
 
 
