@@ -362,6 +362,7 @@ class BatchGenerator:
         """`pack`: replace the model's linears by packed copies on the CPU (the model is
         the engine's from then on: packed_linear.py)."""
         self.model = model
+        self._device: torch.device | None = None
         self.eos = torch.tensor(sorted(set(eos_ids)) or [-1], dtype=torch.long)
         self.pad_id = pad_id
         self.store = prefix_store
@@ -415,7 +416,9 @@ class BatchGenerator:
     # -- sizes -------------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        if self._device is None:  # asked every step: a model does not move
+            self._device = next(self.model.parameters()).device
+        return self._device
 
     def kv_bytes_per_token(self) -> int:
         return 2 * self.n_layers * self.kv_heads * self.head_dim * self.dtype.itemsize

@@ -71,6 +71,8 @@ class DecodeStep:
         first = inner.layers[0].input_layernorm
         self.first_norm = (first.weight, first.variance_epsilon)
         self.head = model.lm_head
+        # Checked by `why_not` once; looked up per call they cost the steps' Python.
+        self.attention, self.rotary = own_attention.kernel(), rotary.kernel()
 
     @classmethod
     def of(cls, model, dtype: torch.dtype) -> DecodeStep | None:
@@ -100,13 +102,13 @@ class DecodeStep:
             y = pl.product(x, fused.qkv, fused.bias)
             cache = cache_layers[i]
             query = rotary.rotate_into(y, cos, sin, fused.heads, fused.kv_heads, fused.dim,
-                                       cache)
+                                       cache, self.rotary)
             if query is None:
                 raise RuntimeError("the rotary kernel declined a decode step it was "
                                    "checked to take")
             out = own_attention.decode_attention(
                 query, cache.keys, cache.values, own, None if kv is None else kv[i], ranges,
-                attn.scaling)
+                attn.scaling, self.attention)
             if out is None:
                 raise MemoryError("the decode-attention kernel got no scratch memory")
             x = pl.add_linear(hidden, out.view(rows, 1, -1), attn.o_proj,

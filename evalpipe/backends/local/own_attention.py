@@ -113,7 +113,8 @@ def prefix_block(lib: ctypes.CDLL) -> int:
 
 def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      mask: torch.Tensor, prefix: tuple[torch.Tensor, torch.Tensor] | None,
-                     ranges: Ranges, scale: float) -> torch.Tensor | None:
+                     ranges: Ranges, scale: float, lib: ctypes.CDLL | None = None
+                     ) -> torch.Tensor | None:
     """Attention for one query token per row over [its prefix | the row's own tokens]:
     query [B, H, 1, D]; key/value [B, KVH, S, D] (any strides but the last); mask [B, S]
     bool (True = attend); prefix (keys, values) [1, KVH, P, D], the batch's prefixes one
@@ -121,7 +122,7 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     None where the kernel could not get its scratch memory."""
     b, heads, _, dim = query.shape
     kv_heads, s_len = key.shape[1], key.shape[2]
-    lib = kernel()
+    lib = lib or kernel()  # a caller that checked it once passes it (decode_step.py)
     if lib is None:
         raise RuntimeError("the own-attention kernel is not built: check usable() first")
     if mask.dtype != torch.bool:  # read as one byte each

@@ -32,12 +32,13 @@ def dim_multiple(lib: ctypes.CDLL) -> int:
 
 
 def rotate_into(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int,
-                kv_heads: int, dim: int, layer) -> torch.Tensor | None:
+                kv_heads: int, dim: int, layer, lib: ctypes.CDLL | None = None
+                ) -> torch.Tensor | None:
     """y [rows, t, (heads + 2 kv_heads) dim] (contiguous): the queries [rows, heads, t,
     dim], with the turned keys and the values appended to `layer`'s cache (a layer with
     `reserve`, batching.BufferLayer). cos/sin [rows or 1, t, dim]. None, and nothing
     written, where the kernel cannot take the call."""
-    lib = kernel()
+    lib = lib or kernel()  # a caller that checked it once passes it (decode_step.py)
     rows, t = y.shape[0], y.shape[1]
     if (lib is None or not hasattr(layer, "reserve") or dim % dim_multiple(lib)
             or any(x.dtype != torch.float32 or x.device.type != "cpu" for x in (y, cos, sin))
