@@ -26,13 +26,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from evalpipe.backends.base import Backend, GenerationSession, GenerationSettings, run_dry
+from evalpipe.backends.base import (
+    Backend,
+    GenerationSession,
+    GenerationSettings,
+    model_identity,
+    run_dry,
+)
 from evalpipe.errors import DataWarning
 from evalpipe.paths import cache_root
 from evalpipe.records import Generation, ToolCall
-
-# describe() facts that are not the model's identity: where it sits, how this machine runs it
-MACHINE_FACTS = ("path", "linear_kernel", "engine")
 
 # How long a write waits for another process's write to end. Writes take milliseconds;
 # a cache locked for longer than this is held by something else, and is given up.
@@ -106,7 +109,7 @@ class GenerationCache:
         server says it runs (Backend.served_identity, recorded as cells[...]["served"]).
         Where the model sits and which kernel multiplies on this machine are left out:
         like the batch size, they move logits by rounding only."""
-        key = {k: v for k, v in facts.items() if k not in MACHINE_FACTS}
+        key = model_identity(facts)
         if served is not None:
             key["served"] = served
         return json.dumps(key, sort_keys=True, default=str)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.backends import Backend, ModelEntry
+from evalpipe.backends.base import model_identity
 from evalpipe.config import Cell, RetrievalSection, RunConfig, stable_hash
 from evalpipe.corpus import Chunk, chunk_corpus, corpus_version, load_corpus
 from evalpipe.engine import DEFAULT_SYSTEM_PROMPT, CellRuntime
@@ -166,11 +167,10 @@ class RunPlan:
                     toolset_schemas: list[dict[str, Any]]) -> str:
         """A hash of everything that decides a cell's outputs."""
         config, corpus = self.config, self.corpus
-        # How this machine runs the model (the engine's path and kernels) decides no output;
-        # the older machine facts stay in, so the cells of earlier runs keep their fingerprint.
-        model = {k: v for k, v in facts.items() if k != "engine"}
         return stable_hash({
-            "model": model, "format": cell.format, "toolset": cell.toolset,
+            # How this machine runs the model decides no output: a run resumed, or compared,
+            # where a kernel did not build (in time) is the same cell (backends.base).
+            "model": model_identity(facts), "format": cell.format, "toolset": cell.toolset,
             "tools": toolset_schemas, "retrieval": cell.retrieval.record(),
             "corpus": corpus.version if corpus and cell.retrieval.on else None,
             "chunking": config.chunking.model_dump() if cell.retrieval.on else None,

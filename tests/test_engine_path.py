@@ -113,8 +113,11 @@ def test_engine_facts_change_no_fingerprint_and_no_cache_key():
     config = parse_config({"name": "t", "questions": ["q.jsonl"], "models": [{"id": "m"}]})
     plan = RunPlan(config, [], config.cells(), None)
     cell = plan.cells[0]
-    facts = {"model_id": "m", "engine": {"path": "batching loop", "kernels": {}}}
-    other = {"model_id": "m", "engine": {"path": "model.generate"}}
+    facts = {"model_id": "m", "path": "/models/m", "linear_kernel": "panel",
+             "engine": {"path": "batching loop", "kernels": {}}}
+    # the panel kernel did not build (in time) in this process, the folder was moved
+    other = {"model_id": "m", "path": "/elsewhere/m", "linear_kernel": "onednn-packed",
+             "engine": {"path": "model.generate"}}
     assert plan.fingerprint(cell, facts, []) == plan.fingerprint(cell, other, [])
     assert plan.fingerprint(cell, facts, []) != \
         plan.fingerprint(cell, {**facts, "model_id": "n"}, [])

@@ -113,6 +113,62 @@ def test_killed_run_resumes_without_loss_or_duplicates(tmp_path, tiny_model_dir,
     assert strip_timings(score_a) == strip_timings(score_b)
 
 
+# `evalpipe run ...` in a process whose C kernel builds all run out of time, as they may
+# on a loaded machine: the build's compiler call raises what subprocess.run raises when
+# its timeout passes (native.compile_kernel), so the engine falls back to torch's products.
+_KERNEL_BUILDS_TIME_OUT = """
+import subprocess, sys
+from evalpipe.backends.local import native
+from evalpipe.cli import main
+
+real_run = subprocess.run
+
+def run(args, *rest, **kw):
+    if "-shared" in args:
+        raise subprocess.TimeoutExpired(args, kw.get("timeout"))
+    return real_run(args, *rest, **kw)
+
+native.subprocess = type(sys)("subprocess_timing_out")
+native.subprocess.__dict__.update(vars(subprocess), run=run)
+main(sys.argv[1:], prog_name="evalpipe")
+"""
+
+
+def test_a_run_resumed_where_the_kernels_cannot_be_built_is_the_same_run(
+        tmp_path, tiny_model_dir, isolated_env):
+    """A run killed on a machine that built its kernels and resumed in a process whose
+    kernel builds time out (a loaded machine, a cold kernel cache) resumes: how this
+    machine multiplies is not what the cell is, and every sample keeps one fingerprint."""
+    if native_compiler() is None:
+        pytest.skip("no C compiler on this machine: no kernel is built in either process")
+    config = make_config(tmp_path, tiny_model_dir, n=24)
+    killed = run_signalled(signal.SIGKILL, "--config", str(config), "--out",
+                           str(tmp_path / "o"), "--no-cache", env=isolated_env)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (run,) = [p for p in (tmp_path / "o").iterdir() if p.name != "latest"]
+    written = len(samples_of_tolerant(run / "samples.jsonl"))
+    assert 0 < written < 24
+
+    cold = dict(isolated_env, EVALPIPE_CACHE=str(tmp_path / "cold-cache"))  # nothing built
+    resumed = subprocess.run([sys.executable, "-c", _KERNEL_BUILDS_TIME_OUT, "run", "--resume",
+                              str(run), "--no-cache"], capture_output=True, text=True,
+                             env=cold, check=False)
+    assert "did not build" in resumed.stderr and "TimeoutExpired" in resumed.stderr
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming: {written} samples already written" in resumed.stdout
+    samples = samples_of(run)
+    assert sorted(s["question_id"] for s in samples) == [f"q{i:03d}" for i in range(24)]
+    manifest = json.loads((run / "manifest.json").read_text())
+    (cell,) = manifest["cells"].values()
+    assert {s["cell_fingerprint"] for s in samples} == {cell["fingerprint"]}
+
+
+def native_compiler():
+    from evalpipe.backends.local import native
+
+    return native.compiler()
+
+
 def samples_of_tolerant(path: Path) -> list[dict]:
     from evalpipe.store import RunStore
 

@@ -136,7 +136,8 @@ class Backend(ABC):
         return self.session(settings)
 
     def describe(self) -> dict[str, Any]:
-        """Facts for the manifest and the cell fingerprint."""
+        """Facts for the manifest; those that are not `MACHINE_FACTS` are the model's
+        identity (`model_identity`): the cell fingerprint and the cache key."""
         return {"model_id": self.model_id}
 
     def log_line(self) -> str | None:
@@ -151,6 +152,18 @@ class Backend(ABC):
         fingerprint. None: describe() identifies the model fully. A dict with
         "unknown" (why): it could not be observed, so no cached reply may be used."""
         return None
+
+
+# describe() facts about this machine, not the model: where the model sits and how this
+# process multiplies (a C kernel that did not build in time on a loaded machine falls back
+# to torch's products). They move logits by rounding only, like the batch size, so they
+# decide neither a cell's fingerprint (a resume, a comparison) nor a cached reply.
+MACHINE_FACTS = ("path", "linear_kernel", "engine")
+
+
+def model_identity(facts: dict[str, Any]) -> dict[str, Any]:
+    """The describe() facts that identify the model: all but `MACHINE_FACTS`."""
+    return {k: v for k, v in facts.items() if k not in MACHINE_FACTS}
 
 
 class ModelEntry(Section):
