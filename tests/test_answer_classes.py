@@ -189,6 +189,25 @@ def test_a_name_that_only_owns_a_relation_is_not_the_person_named(reply, answer,
     assert read(reply, answer, question).exact is exact
 
 
+# --- an identifier with its hyphens and underscores swapped -------------------------------
+
+@pytest.mark.parametrize("reply, answer, aliases, exact", [
+    ("Run the rotate_keys.sh script.", "rotate-keys.sh", ["rotate-keys"], False),
+    ("The cron job calls `rotate_keys`.", "rotate-keys.sh", ["rotate-keys"], False),
+    ("Chạy script rotate-keys.sh trước.", "rotate-keys.sh", ["rotate-keys"], True),
+    ("It reads the env var DB-POOL-SIZE.", "DB_POOL_SIZE", [], False),
+    ("It reads DB_POOL_SIZE from the environment.", "DB_POOL_SIZE", [], True),
+    ("The alert fired on host cache_02.", "cache-02", [], False),
+    ("The alert fired on host cache-02.", "cache-02", [], True),
+    ("The team uses a first-come queue.", "first-come", [], True),  # no identifier swapped
+])
+def test_an_identifier_with_its_separators_swapped_is_another_name(reply, answer, aliases,
+                                                                   exact):
+    m = read(reply, answer, "Which one is it?", aliases=aliases)
+    assert m.exact is exact
+    assert m.lenient  # the same words: the lenient variant still accepts it
+
+
 # --- abstention by meaning ------------------------------------------------------------------
 
 def abstains(reply, question, lang=None):

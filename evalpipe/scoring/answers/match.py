@@ -324,6 +324,22 @@ def _number_match(reply: str, reply_key: str, gold: Gold, variant: Variant,
                        decided)
 
 
+_JOINER = re.compile(r"(?<=[^\W_])[-_](?=[^\W_])")  # "promote-replica", "max_memory"
+
+
+def _separator_swapped(text: str, raw: str) -> bool:
+    """The reply names the gold identifier with its hyphens and underscores swapped
+    ("promote_replica.yml" for "promote-replica.yml") and never as written. Text keys
+    fold both to a space, but in a file, host or variable name they are different
+    characters: another name."""
+    if not _JOINER.search(raw):
+        return False
+    swapped = _JOINER.sub(lambda m: "_" if m.group() == "-" else "-", raw)
+    def named(name: str) -> bool:
+        return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE) is not None
+    return named(swapped) and not named(raw)
+
+
 def _text_stated(text: str, key: str, phrase: str, gold: Gold) -> bool:
     """The phrase is stated: not negated, and a number not contradicted by another."""
     if not candidates.stated(text, key, phrase):
@@ -411,7 +427,8 @@ def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant,
         for raw in gold.texts:  # each accepted answer on the reply without its other names
             masked = candidates.mask_other_names(text, raw, gold.keys, gold.question_words)
             k = text_key(raw)
-            if k and _text_stated(masked, text_key(masked), k, gold):
+            if k and not _separator_swapped(text, raw) and _text_stated(
+                    masked, text_key(masked), k, gold):
                 found = k
                 break
         if by_value is not None and found is None:
@@ -420,7 +437,8 @@ def _text_match(reply: str, reply_key: str, gold: Gold, variant: Variant,
             rule += "value" if decided else "value_ambiguous"
         else:
             rule += "phrase" if found is not None else (
-                "negated_or_conflict" if any(contains_phrase(key, k) for k in gold.keys)
+                "other_separator" if any(_separator_swapped(text, raw) for raw in gold.texts)
+                else "negated_or_conflict" if any(contains_phrase(key, k) for k in gold.keys)
                 else "none")
     else:
         found = next((k for k in gold.keys if contains_phrase(key, k)), None)
