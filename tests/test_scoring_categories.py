@@ -112,7 +112,7 @@ def test_the_classic_wrong_plan():
 
 def test_correct_sample_fields():
     out = score(make_sample(CALC, "Kết quả là 294.", steps=RIGHT_CALLS), CALC)
-    assert out["scorer_version"] == SCORER_VERSION == "4"
+    assert out["scorer_version"] == SCORER_VERSION == "5"
     assert (out["run_id"], out["cell_id"], out["question_id"], out["suite"], out["lang"]) == (
         "run-1", "cell-1", "calc-1", "plan", "vi")
     assert (out["exact"], out["exact_strict"], out["exact_lenient"]) == (True, False, True)
@@ -320,6 +320,11 @@ def test_an_empty_plan_counts_as_no_unneeded_call_not_as_a_plan_match():
     called = score(make_sample(NO_TOOLS, "Hà Nội", steps=[[call("add", {"a": 1, "b": 2}, 3)]]),
                    NO_TOOLS)
     assert (called["plan_exact"], called["no_unneeded_call"]) == (None, False)
+    # a call written so that it never parsed, let alone ran, was still reached for
+    broken = [{"raw": '{{"name": "add", "arguments": {"a": 1}}}}', "parse_errors": [
+        {"kind": "not_json", "message": "call 0 is not valid JSON", "snippet": "{{"}]}]
+    tried = score(make_sample(NO_TOOLS, "Hà Nội", steps=broken), NO_TOOLS)
+    assert (tried["calls_attempted"], tried["no_unneeded_call"]) == (1, False)
 
 
 def test_model_entry_from_the_config_is_reduced_to_its_id():

@@ -336,6 +336,32 @@ def test_a_run_that_left_the_plan_before_the_turn_limit_is_judged_by_its_plan():
     assert (out["category"], out["subtype"]) == ("turn_limit", None)
 
 
+POW = Question(id="pow", suite="arithmetic", question="Tính 6 mũ 4.", answer=1296,
+               answer_type="number", lang="vi",
+               gold_calls=[{"id": "s1", "name": "power", "arguments": {"base": 6, "exponent": 4}}])
+SQUARED = Question(id="sq", suite="plan", question="What is (9 + 5) squared?", answer=196,
+                   answer_type="number", lang="en", gold_calls=[
+                       {"id": "s1", "name": "add", "arguments": {"a": 9, "b": 5}},
+                       {"id": "s2", "name": "power", "arguments": {"base": "$s1", "exponent": 2}}])
+
+
+def test_calls_off_a_plan_the_cell_could_not_follow_are_no_turn_limit():
+    # power not offered: multiply(6, 4), then by 4 again, is on no path to 6 ** 4
+    off = [[call("multiply", {"a": 6, "b": 4}, 24)], [call("multiply", {"a": 24, "b": 4}, 96)],
+           [call("multiply", {"a": 96, "b": 4}, 384)]]
+    out = score_sample(make_sample(POW, stop_reason="turn_limit", steps=off), POW)
+    assert (out["category"], out["plan_exact"]) == ("wrong_answer", None), out["why"]
+    # the step of the plan the cell offers, done right, then the turns ran out
+    on = [[call("add", {"a": 9, "b": 5}, 14)]]
+    out = score_sample(make_sample(SQUARED, stop_reason="turn_limit", steps=on), SQUARED)
+    assert out["category"] == "turn_limit", out["why"]
+    # no gold plan at all: nothing to have left
+    unknown = Question(id="u", suite="arithmetic", question="6 mũ 4 bằng mấy?", answer=1296,
+                       answer_type="number", lang="vi")
+    out = score_sample(make_sample(unknown, stop_reason="turn_limit", steps=off), unknown)
+    assert out["category"] == "turn_limit", out["why"]
+
+
 # --- the retry rule: a tool's failure the model recovered from is no tool failure -------
 
 TIMED_OUT = [call("multiply", {"a": 868, "b": 60}, error="timeout")]
@@ -394,3 +420,37 @@ def test_a_search_that_timed_out_and_ran_on_the_retry_is_the_search_step():
 def test_an_abstain_question_answered_with_nothing_is_no_hallucinated_answer(reply, category):
     out = score_sample(make_sample(ABSTAIN, reply, toolset="none"), ABSTAIN)
     assert out["category"] == category, out["why"]
+
+
+# --- a final answer that only repeats a tool's error message --------------------------------
+
+UNKNOWN_DISK = call("get_disk_size", {"host": "ong-tho-3"}, error="unknown_tool",
+                    message="unknown tool 'get_disk_size'; offered: add, subtract, multiply, "
+                            "divide")
+
+
+@pytest.mark.parametrize("question, final, category", [
+    # "unknown" in the harness's message is no abstention of the model
+    (ABSTAIN, "unknown tool 'get_disk_size'; offered: add, subtract, multiply, divide",
+     "unknown_tool"),
+    (ABSTAIN, "Unknown tool get_disk_size. Offered: add, subtract", "unknown_tool"),  # a part
+    (ABSTAIN, "I don't know how much RAM ong-tho-3 has.", "correct"),  # its own words
+    (CTRL, "unknown tool 'get_disk_size'; offered: add, subtract, multiply, divide",
+     "unknown_tool"),
+])
+def test_a_reply_that_echoes_a_tool_error_is_neither_an_answer_nor_an_abstention(
+        question, final, category):
+    out = score_sample(make_sample(question, final, steps=[[UNKNOWN_DISK]]), question)
+    assert out["category"] == category, out["why"]
+    if category != "correct":
+        assert (out["exact"], out["extraction"], "abstained" in out["flags"]) == (
+            False, "tool_error_echo", False)
+
+
+def test_a_number_that_a_tool_error_also_holds_is_still_the_answer():
+    failed = [call("divide", {"a": 144, "b": 0}, error="tool_exception",
+                   message="division by zero: b is 0; 12 is not reachable")]
+    out = score_sample(make_sample(DIV, "12", steps=[failed,
+                                                     [call("divide", {"a": 144, "b": 12}, 12)]]),
+                       DIV)
+    assert out["exact"] is True and out["extraction"] != "tool_error_echo"

@@ -24,7 +24,9 @@ The ladder (docs/scoring.md, "Failure categories"):
  8. turn_limit           max_turns reached without a final answer, every call so far
                          on the gold plan's path (subtype repeated_call: a call was
                          repeated verbatim after its result had come back). A run that
-                         left the plan first is judged by its plan (rungs 10-11).
+                         left the plan first is judged by its plan (rungs 10-11), and
+                         one that left a known plan the cell could not follow (a
+                         tool of it not offered) by its answer.
  9. no_tool_call         the gold plan needs tools that were offered, none was called
 10. unneeded_tool_call   the gold plan is empty, tools were called, answer wrong
 11. wrong_plan           every call well-formed, the calls do not match the gold plan;

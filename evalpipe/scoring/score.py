@@ -15,6 +15,7 @@ from evalpipe.questions import Question
 from evalpipe.records import SCHEMA_VERSION, SampleRecord, ScoredSample, ScoredWhy, TurnRecord
 from evalpipe.scoring.answers.extract import detect_language
 from evalpipe.scoring.answers.match import AnswerMatch, Gold, make_gold, match_answer
+from evalpipe.scoring.answers.normalize import contains_phrase, text_key
 from evalpipe.scoring.categories import Facts, decide
 from evalpipe.scoring.cost import sample_cost
 from evalpipe.scoring.judging import recorded_verdict
@@ -28,9 +29,11 @@ from evalpipe.scoring.plan import (
 )
 from evalpipe.scoring.retrieval_metrics import covers, retrieval_scores
 
+# 5: identifiers with "-" and "_" swapped, echoes of a tool's error, attempted calls against
+# an empty plan, turn_limit only on the path of a plan the cell could not follow.
 # 4: LaTeX boxes, corrections after the answer line, fractions, the question's unit, times of
 # day, relations, abstention kinds (missing, not yet, premise), recovered tool failures
-SCORER_VERSION = "4"
+SCORER_VERSION = "5"
 DETECTED_LANGUAGES = frozenset({"vi", "en"})
 SEARCH_TOOL = "search_site"
 
@@ -134,13 +137,15 @@ class PlanStage:
     result: PlanResult | None
     repeated: bool = False  # a call repeated one whose result had come back (repeated_calls)
     recovered: bool = False  # a call the tool failed, then retried identically with success
+    left_gold: bool = False  # a gold plan whose tools were not offered: a call no step asks for
 
     @property
     def off_plan(self) -> bool:
         """The calls made left the plan: anything wrong but steps not done yet (any
-        call at all when the plan is empty)."""
-        return bool(self.applicable and self.result
-                    and set(self.result.reasons) - {"missing_step"})
+        call at all when the plan is empty). For a known plan the cell could not follow
+        (a tool of it not offered), a call no gold step asks for left it too."""
+        return self.left_gold or bool(self.applicable and self.result
+                                      and set(self.result.reasons) - {"missing_step"})
 
 
 def corpus_question(question: Question) -> bool:
@@ -182,16 +187,23 @@ def plan_stage(question: Question, turns: list[TurnRecord], offered: set[str] | 
     repeats = repeated_calls(executed)
     recovered = recovered_failures(executed)
     result = None
+    left_gold = False
+    # A repeat is no step of a plan: the plan is judged on the calls that asked for
+    # something new, and the repeat is named on its own (turn_limit, a flag). Nor is an
+    # attempt the tool failed and an identical retry then recovered.
+    skipped = repeats | recovered
+    fresh = [e for e in executed if e.position not in skipped]
+    renumbered = [replace(e, position=i) for i, e in enumerate(fresh)]
     if applicable and steps is not None:
-        # A repeat is no step of a plan: the plan is judged on the calls that asked
-        # for something new, and the repeat is named on its own (turn_limit, a flag).
-        # Nor is an attempt the tool failed and an identical retry then recovered.
-        skipped = repeats | recovered
-        fresh = [e for e in executed if e.position not in skipped]
-        renumbered = [replace(e, position=i) for i, e in enumerate(fresh)]
         result = search_plan(renumbered) if implied else match_plan(renumbered, steps, rules)
         result.matched = {sid: fresh[pos].position for sid, pos in result.matched.items()}
-    return PlanStage(applicable, steps, implied, result, bool(repeats), bool(recovered))
+    elif steps and fresh:
+        # Not scored as a plan (the cell did not offer its tools), but whether the calls
+        # stayed on it still tells a model that ran out of turns on the way (turn_limit)
+        # from one that went elsewhere: multiply(11, 3) for 11 ** 3 without power.
+        left_gold = bool(set(match_plan(renumbered, steps, rules).reasons) - {"missing_step"})
+    return PlanStage(applicable, steps, implied, result, bool(repeats), bool(recovered),
+                     left_gold)
 
 
 def repeated_calls(executed: list[Executed]) -> set[int]:
@@ -322,6 +334,23 @@ def flags(question: Question, gold: Gold, final: str, m: AnswerMatch, calls: Cal
 
 # --- the whole sample -------------------------------------------------------------------
 
+def echoes_tool_error(final: str, turns: list[TurnRecord]) -> bool:
+    """The final answer only repeats an error message a tool call got back ("unknown tool
+    'get_disk'; offered: add, ..."): it is neither an answer nor an abstention, however its
+    words read ("unknown", a number of the message)."""
+    key = text_key(final)
+    if not key:
+        return False
+    for turn in turns:
+        for event in turn.get("tool_events") or ():
+            message = text_key(event.get("error_message") or "") if event.get("error") else ""
+            # the whole message, or a part of it long enough not to be a chance match
+            if message and (key == message or (len(key.split()) >= 4
+                                               and contains_phrase(message, key))):
+                return True
+    return False
+
+
 def calls_verdict(calls: CallStats, plan: PlanStage) -> bool:
     """answer_type "calls" (BFCL's verdict): every call attempt valid and the plan
     matched; with an empty plan, no call at all."""
@@ -354,7 +383,13 @@ def score_sample(sample: SampleRecord, question: Question, k: int = 3,
     offered = set(offered_list) if offered_list is not None else None
     gold = gold_for(question)
 
-    m, verdict_source = apply_judgement(match_answer(final, gold), judgement)
+    m = match_answer(final, gold)
+    if echoes_tool_error(final, turns):  # the harness's words, not the model's answer
+        m, verdict_source = replace(
+            m, exact=False, strict=False, lenient=False, extracted=None, abstained=False,
+            answered=False, rule="tool_error_echo", decided=True), "rules"
+    else:
+        m, verdict_source = apply_judgement(m, judgement)
     calls = call_stats(turns, offered)
     plan = plan_stage(question, turns, offered, mode, rules)
     if gold.answer_type == "calls":  # no answer to read: the calls are the answer
@@ -401,7 +436,8 @@ def score_sample(sample: SampleRecord, question: Question, k: int = 3,
         "calls_valid": calls.valid,
         "calls_valid_strict": calls.valid_strict,
         "plan_exact": None if empty_plan or not result else result.exact,
-        "no_unneeded_call": (not calls.called) if empty_plan else None,
+        # an attempt that did not parse still reached for a tool the question does not need
+        "no_unneeded_call": not (calls.called or calls.attempted) if empty_plan else None,
         "step_precision": result.precision if result else None,
         "step_recall": result.recall if result else None,
         "plan_failure": result.reason if result else None,
