@@ -20,10 +20,11 @@ from evalpipe.scoring.categories import CATEGORIES
 ROWS = load_labels(TRANSCRIPTS)
 UNIQUE = [r for r in ROWS if not r["duplicate_of"]]
 
-# Measured once on the dev split with the scorer of the commit that added the set
-# (qwen_labels.md, "Baseline"); a rule change may raise these, never lower them.
-DEV_EXACT_AGREE = 260  # of 265
-DEV_CATEGORY_AGREE = 254  # of 265
+# The dev split's agreement (qwen_labels.md, "Baseline"): 260 and 254 of 265 with the
+# scorer before version 5, 264 and 262 with version 5; a rule change may raise these,
+# never lower them.
+DEV_EXACT_AGREE = 264  # of 265
+DEV_CATEGORY_AGREE = 262  # of 265
 
 
 def test_the_set_covers_both_models_every_suite_and_every_kind_of_cell():
