@@ -254,6 +254,30 @@ def test_a_rejected_premise_abstains_whatever_it_says_instead(reply, question, l
 
 
 @pytest.mark.parametrize("reply, question, lang", [
+    # what the question presumes was done cannot be done, in any wording of ability
+    ("Borg is not able to back up over SFTP.", "How many GB did Borg back up over SFTP?", "en"),
+    ("There is no way to encrypt the legacy tapes.",
+     "How long did it take to encrypt the legacy tapes?", "en"),
+    ("Trình duyệt cũ không thể phát video 4K.",
+     "Trình duyệt cũ phát video 4K ở bao nhiêu khung hình mỗi giây?", "vi"),
+    ("Máy in tầng 2 không có khả năng in hai mặt.",
+     "Máy in tầng 2 in hai mặt được bao nhiêu trang một phút?", "vi"),
+])
+def test_a_premise_rejected_as_impossible_abstains(reply, question, lang):
+    assert abstains(reply, question, lang)
+
+
+@pytest.mark.parametrize("reply, question", [
+    ("Borg backed up 42 GB; the old script was not able to.",
+     "How many GB did Borg back up over SFTP?"),
+    ("Không thể nói chính xác, khoảng 40 khung hình mỗi giây.",
+     "Trình duyệt cũ phát video 4K ở bao nhiêu khung hình mỗi giây?"),
+])
+def test_an_inability_beside_an_answer_is_no_abstention(reply, question):
+    assert not abstains(reply, question)
+
+
+@pytest.mark.parametrize("reply, question, lang", [
     ("I can't give the whole-year number; the August invoice by itself was $1,310.",
      "What did the team spend on hosting in 2023?", "en"),
     ("The full attendance isn't listed, just the 9 speakers.",

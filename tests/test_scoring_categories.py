@@ -112,7 +112,7 @@ def test_the_classic_wrong_plan():
 
 def test_correct_sample_fields():
     out = score(make_sample(CALC, "Kết quả là 294.", steps=RIGHT_CALLS), CALC)
-    assert out["scorer_version"] == SCORER_VERSION == "5"
+    assert out["scorer_version"] == SCORER_VERSION == "6"
     assert (out["run_id"], out["cell_id"], out["question_id"], out["suite"], out["lang"]) == (
         "run-1", "cell-1", "calc-1", "plan", "vi")
     assert (out["exact"], out["exact_strict"], out["exact_lenient"]) == (True, False, True)

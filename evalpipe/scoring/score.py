@@ -29,11 +29,12 @@ from evalpipe.scoring.plan import (
 )
 from evalpipe.scoring.retrieval_metrics import covers, retrieval_scores
 
+# 6: a premise rejected as impossible ("not able to", "không thể") abstains.
 # 5: identifiers with "-" and "_" swapped, echoes of a tool's error, attempted calls against
 # an empty plan, turn_limit only on the path of a plan the cell could not follow.
 # 4: LaTeX boxes, corrections after the answer line, fractions, the question's unit, times of
 # day, relations, abstention kinds (missing, not yet, premise), recovered tool failures
-SCORER_VERSION = "5"
+SCORER_VERSION = "6"
 DETECTED_LANGUAGES = frozenset({"vi", "en"})
 SEARCH_TOOL = "search_site"
 

@@ -161,6 +161,9 @@ _PARTIAL = re.compile(r"(?:^| )(?:alone|only|just|solely|merely|at least|so far|
 # A lack that names what was asked as a whole ("the yearly total", "tổng cả năm").
 _WHOLE = _keys(["total", "totals", "yearly", "annual", "overall", "whole", "full", "complete",
                 "entire", "sum", "cumulative", "combined", "tổng", "cả", "toàn", "trọn"])
+# Words of ability between a negation and the verb it rejects: "is not able to copy",
+# "has no way to", "không thể chép", "không có khả năng đo".
+_ABLE = _keys(["able", "capable", "possible", "way", "thể", "khả", "năng"])
 NEGATION_SPAN = 6  # words from a negation to the verb or noun it negates
 PREMISE_SPAN = 3  # words from a negation to the question's word it rejects
 _GUESS = tuple(text_key(w) for w in (
@@ -286,12 +289,14 @@ def _missing(key: str, words: list[str], has_number: bool,
 
 
 def _premise(words: list[str], content: frozenset[str]) -> bool:
-    """A negation right before a content word of the question, with at most common verbs
-    and articles between ("doesn't run Kubernetes", "has no voice assistant", "không có văn
-    phòng"): the reply rejects what the question takes for granted."""
+    """A negation right before a content word of the question, with at most common verbs,
+    articles and words of ability between ("doesn't run Kubernetes", "has no voice
+    assistant", "không có văn phòng", "không thể chép"): the reply rejects what the
+    question takes for granted."""
     for i, w in enumerate(words):
         if w in _NEGATION:
-            ahead = [a for a in words[i + 1:i + 1 + PREMISE_SPAN + 3] if a not in _AUX]
+            ahead = [a for a in words[i + 1:i + 1 + PREMISE_SPAN + 3]
+                     if a not in _AUX and a not in _ABLE]
             for a in ahead[:PREMISE_SPAN]:  # past "run", "a", "any": the word rejected
                 if a in content or any(_same_stem(a, c) for c in content):
                     return True
