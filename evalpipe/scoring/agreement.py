@@ -29,7 +29,7 @@ from evalpipe.errors import InputError
 from evalpipe.questions import parse_question
 from evalpipe.records import ScoredSample
 from evalpipe.scoring.answers.match import VARIANTS, make_gold, match_answer
-from evalpipe.scoring.score import score_sample
+from evalpipe.scoring.score import echoes_tool_error, score_sample
 
 LABELS = Path(__file__).resolve().parent / "labels" / "extraction_labels.jsonl"
 GRADING = LABELS.with_name("grading_labels.jsonl")
@@ -263,6 +263,12 @@ def transcript_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 name: {m: (n - sum(d[by] == name and d["measure"] == m for d in misses), n)
                        for m in measures}
                 for name, n in sorted(groups.items())}
+        # the abstention readers on the final replies, the rules (which score) against the
+        # learned one (counts only: the misses' ids stay here); a reply that echoes a tool's
+        # error is no reply of the model's and is never read for abstention
+        readers = abstention_methods([r for r in members if not echoes_tool_error(
+            r["reply"], (r.get("sample") or {}).get("turns") or [])])
+        part["abstention"] = {k: readers[k] for k in ("abstaining", "rules", "learned", "both")}
         table[split] = part
     return table
 
@@ -284,6 +290,11 @@ def print_transcript_table(rows: list[dict[str, Any]], list_split: str | None = 
             for name, figures in part["by_" + by].items():
                 cells = "  ".join(f"{m} {pct(v)}" for m, v in figures.items())
                 print(f"  {by} {name:20s} {cells}")
+        readers = part["abstention"]
+        print(f"  abstention read in {readers['rules'][1]} final replies (no tool error "
+              f"echoed; {readers['abstaining']} abstaining): rules "
+              f"{pct(readers['rules'])}  learned {pct(readers['learned'])}  both "
+              f"{pct(readers['both'])}")
         for measure, classes in part["classes"].items():
             for kind, count in classes.items():
                 print(f"  miss {measure:9s} {count:3d}  {kind}")
