@@ -344,7 +344,8 @@ def echoes_tool_error(final: str, turns: list[TurnRecord]) -> bool:
         return False
     for turn in turns:
         for event in turn.get("tool_events") or ():
-            message = text_key(event.get("error_message") or "") if event.get("error") else ""
+            message = text_key(str(event.get("error_message") or "")) if event.get("error") \
+                else ""
             # the whole message, or a part of it long enough not to be a chance match
             if message and (key == message or (len(key.split()) >= 4
                                                and contains_phrase(message, key))):
