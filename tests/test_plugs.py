@@ -14,16 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import evalpipe
 from evalpipe.backends import BACKENDS, Backend, ModelEntry
+from evalpipe.cli import main
 from evalpipe.config import parse_config
 from evalpipe.corpus import Chunk
 from evalpipe.errors import InputError
 from evalpipe.formats import FORMATS
 from evalpipe.formats.base import PromptProtocolFormat, start_result
 from evalpipe.records import Generation, ParseResult, ToolCall
-from evalpipe.retrieval import RETRIEVERS, Hit, Method, RetrieverSettings
+from evalpipe.retrieval import RETRIEVERS, Hit, Method, RetrieverSettings, build_retriever
 from evalpipe.store import RunStore
 from evalpipe.tools import TOOLSETS, Tool
 
@@ -177,3 +179,64 @@ def test_a_name_taken_back_is_unknown_again(tmp_path, plugs):
         assert "unknown backend 'echo'" in str(err.value)
     finally:
         BACKENDS.add("echo", EchoModel)
+
+
+def test_the_command_line_runs_and_plans_a_config_of_plugs(tmp_path, plugs, monkeypatch):
+    monkeypatch.setenv("EVALPIPE_GENERATION_CACHE", str(tmp_path / "gen.sqlite"))
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps(config(tmp_path)))  # JSON is YAML
+    ran = CliRunner().invoke(main, ["run", "--config", str(path), "--out", str(tmp_path / "o")])
+    assert ran.exit_code == 0, ran.output
+    [run_dir] = [p for p in (tmp_path / "o").iterdir() if p.name != "latest"]
+    [sample] = RunStore(run_dir).read_samples()
+    assert sample["cell_id"] == "echo-1/line/loud/first-prepend"
+    assert sample["final_answer"] == "It is HI."
+    planned = CliRunner().invoke(main, ["plan", "--config", str(path),
+                                        "--out", str(tmp_path / "o")])
+    assert planned.exit_code == 0, planned.output
+    assert "echo-1/line/loud/first-prepend" in planned.output
+    assert "the echo backend renders them" in planned.output
+
+
+MISSPELT = [  # a config's change, the field named, what the error says
+    ({"models": [{"id": "e", "backend": "ecko"}]}, "models[0].backend",
+     "unknown backend 'ecko' (did you mean echo?)"),
+    ({"formats": ["lien"]}, "formats[0]", "unknown format 'lien' (did you mean line?)"),
+    ({"toolsets": ["lowd"]}, "toolsets[0]", "unknown toolset 'lowd' (did you mean loud?)"),
+    ({"retrieval": [{"mode": "prepend", "method": "frist", "k": 1}]}, "retrieval[0].method",
+     "unknown retrieval method 'frist' (did you mean first?)"),
+]
+
+
+@pytest.mark.parametrize(("changes", "field", "said"), MISSPELT,
+                         ids=["backend", "format", "toolset", "retrieval"])
+def test_a_misspelt_plug_is_an_error_in_the_config_and_on_the_command_line(
+        tmp_path, plugs, changes, field, said):
+    """The names a plug added are what an unknown name is held against, in the config
+    and on the command line alike: an error naming the closest, exit 2, nothing run."""
+    with pytest.raises(InputError) as err:
+        parse_config(config(tmp_path, **changes))
+    assert err.value.field == field and said in str(err.value)
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps(config(tmp_path, **changes)))
+    ran = CliRunner().invoke(main, ["run", "--config", str(path), "--out", str(tmp_path / "o")])
+    assert ran.exit_code == 2, ran.output
+    assert said in ran.output and not (tmp_path / "o").exists()
+
+
+def test_a_misspelt_retrieval_method_is_an_error_when_retrieving_too(tmp_path, plugs):
+    """Settings made without a check still reach no retriever but the one named, and
+    the retrieval command checks its --method against the same names."""
+    unchecked = RetrieverSettings().model_copy(update={"method": "frist"})
+    with pytest.raises(InputError) as err:
+        build_retriever(unchecked, [])
+    assert "unknown retrieval method 'frist' (did you mean first?)" in str(err.value)
+    assert "first" in (err.value.expected or "").split(" | ")
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps(config(tmp_path)))
+    for method, code in (("frist", 2), ("first", 0)):
+        retrieved = CliRunner().invoke(main, ["retrieve", "--config", str(path),
+                                              "--method", method])
+        assert retrieved.exit_code == code, retrieved.output
+    assert "(did you mean first?)" in CliRunner().invoke(
+        main, ["retrieve", "--config", str(path), "--method", "frist"]).output
