@@ -23,6 +23,9 @@ def test_cap_follows_the_step_rate_memory_and_batch_size(tiny_llama, monkeypatch
     assert gen.rate_cap(256, 100, 50) == 19 and "(the step rate)" in gen.cap_note
     gen.step_cost = (0.050, 0.0001)  # weight reads dominate: more rows keep paying
     assert gen.rate_cap(256, 100, 50) == 256 and "configured batch_size" in gen.cap_note
+    gen.step_cost = (0.280, batching.ROW_COST_FLOOR)  # more rows timed no slower: no rate
+    assert gen.rate_cap(256, 100, 50) == 256 and "no cost per row measurable" in gen.cap_note
+    assert "tokens/s" not in gen.cap_note
     per_row = gen.kv_bytes_per_token() * 150
     monkeypatch.setattr(batching, "available_memory", lambda device: 40 * per_row * 8)
     cap = gen.rate_cap(256, 100, 50)

@@ -61,6 +61,7 @@ MIN_PREFIX = 16  # shorter common prefixes are not worth a stored cache
 # unlimited rows would give (from the measured step time a + c * rows), at least
 # MIN_CAP; measured only when more than MEASURE_ABOVE rows could run at once.
 PEAK_SHARE, MIN_CAP, MEASURE_ABOVE = 0.95, 16, 64
+ROW_COST_FLOOR = 1e-9  # seconds a row: a measured slope below it is noise
 PREFILL_TOKENS = 4096  # tokens (rows x columns) a prefill forward takes at most
 
 
@@ -456,7 +457,7 @@ class BatchGenerator:
                     self._decode(layers, ids[:, 0], mask, pos[:, 0], None)
                     best = min(best, time.perf_counter() - t0)
                 times.append(best)
-            c = max((times[1] - times[0]) / (rows[1] - rows[0]), 1e-9)
+            c = max((times[1] - times[0]) / (rows[1] - rows[0]), ROW_COST_FLOOR)
             self.step_cost = (max(times[0] - c * rows[0], 0.0), c)
         return self.step_cost
 
@@ -470,10 +471,13 @@ class BatchGenerator:
         cap = max(1, min(bound, memory_rows, wanted))
         limit = ("the configured batch_size" if cap == bound else
                  "the key/value memory" if cap == memory_rows else "the step rate")
+        # more rows took no longer than fewer (other work slowed the small batch): the
+        # row's cost is unknown, and a peak extrapolated from the floor would be noise
+        rate = (f"{PEAK_SHARE:.0%} of the peak {1 / c:.0f} tokens/s at {wanted} rows"
+                if c > ROW_COST_FLOOR else "no cost per row measurable, no rate limit")
         self.cap_note = (
             f"batch cap {cap} rows ({limit}): decode step {a * 1000:.0f} ms + {c * 1000:.2f} "
-            f"ms/row measured, {PEAK_SHARE:.0%} of the peak {1 / c:.0f} tokens/s at {wanted} "
-            f"rows; memory holds {memory_rows} rows "
+            f"ms/row measured, {rate}; memory holds {memory_rows} rows "
             f"({self.kv_bytes_per_token() * (longest_prompt + max_new) / 2**20:.1f} MiB of "
             f"cache each); batch_size allows {bound}")
         return cap
