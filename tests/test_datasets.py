@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 import subprocess
@@ -32,7 +33,12 @@ def test_import_datasets_is_still_hugging_face():
     """The bundled data folder is named `datasets`: it must not shadow Hugging Face's
     package of that name for a script run from the checkout (evalpipe itself no longer
     reads questions with it)."""
-    pytest.importorskip("datasets", reason="Hugging Face datasets is not installed")
+    # importorskip would be fooled: without Hugging Face's package, `import datasets`
+    # finds this very folder as a namespace package. Ask the installed distributions.
+    try:
+        importlib.metadata.distribution("datasets")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("Hugging Face datasets is not installed: nothing to shadow")
     assert not (DATA / "__init__.py").exists()
     out = subprocess.run([sys.executable, "-c",
                           ("import datasets; print(datasets.load_dataset.__module__, "
