@@ -14,7 +14,6 @@ unless given an `echo`, and nothing calls sys.exit.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +36,12 @@ class RunResult:
     helper_rank: bool = False  # rank > 0: rank 0 merges, scores and writes the table
 
     @property
-    def scores(self) -> dict[str, Any]:
-        """scores.json: per-cell aggregates and every scored sample."""
-        return json.loads((self.run_dir / "scores.json").read_text(encoding="utf-8"))
+    def scores(self) -> Scores:
+        """scores.json: per-cell aggregates and every scored sample, read through its
+        type (InputError naming the field where it does not fit)."""
+        from evalpipe.store import read_scores
+
+        return read_scores(self.run_dir)
 
     @property
     def table(self) -> str:

@@ -47,6 +47,20 @@ def test_run_returns_the_run_and_its_scores(finished_run):
     assert manifest["config"]["limit"] == 2  # the normalised config, overrides applied
 
 
+def test_a_runs_scores_are_read_through_their_type(tmp_path):
+    """RunResult.scores reads scores.json as records.Scores: a file that does not fit is
+    an error naming the file and the field, not a dict that fails later."""
+    from evalpipe.api import RunResult
+
+    fits = {"run_id": "r", "scorer_version": "6", "groups": [], "samples": []}
+    (tmp_path / "scores.json").write_text(json.dumps(fits))
+    assert RunResult(tmp_path).scores == fits
+    (tmp_path / "scores.json").write_text(json.dumps({**fits, "samples": 3}))
+    with pytest.raises(InputError) as err:
+        RunResult(tmp_path).scores
+    assert err.value.file == str(tmp_path / "scores.json") and "samples" in str(err.value)
+
+
 def test_score_report_compare_on_a_finished_run(finished_run):
     result, _ = finished_run
     rescored = evalpipe.score(result.run_dir)
