@@ -82,3 +82,28 @@ def test_custom_grouping() -> None:
                                group=lambda q: "vi-or-e1" if q.id in ("v1", "e1") else "rest")
     assert [(r["lang"], r["count"], r["recall"]) for r in rows] == [
         ("all", 4, 0.75), ("rest", 2, 0.5), ("vi-or-e1", 2, 1.0)]
+
+
+def test_the_command_scores_the_default_retriever_where_the_config_names_none(tmp_path) -> None:
+    """A config that retrieves nothing is scored with the retriever settings' defaults
+    (the command spells no method of its own)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from evalpipe.cli import main
+    from evalpipe.retrieval import RetrieverSettings
+
+    (tmp_path / "site").mkdir()
+    for doc in DOCS:
+        (tmp_path / "site" / doc.id).write_text(doc.text, encoding="utf-8")
+    (tmp_path / "q.jsonl").write_text(json.dumps(
+        {"id": "e1", "suite": "site_rag", "question": "where do cats sleep", "answer": "sofa",
+         "gold_passages": [{"doc": "cats.md", "start": 0, "end": 10}]}) + "\n")
+    (tmp_path / "c.yaml").write_text(f"questions: [{tmp_path / 'q.jsonl'}]\n"
+                                     f"corpus: {tmp_path / 'site'}\n")
+    ran = CliRunner().invoke(main, ["retrieve", "--config", str(tmp_path / "c.yaml"), "--json"])
+    assert ran.exit_code == 0, ran.output
+    rows = json.loads(ran.output)
+    assert {r["method"] for r in rows} == {RetrieverSettings().method}
+    assert rows[0]["lang"] == "all" and rows[0]["hit"] == 1.0

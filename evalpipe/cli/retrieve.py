@@ -37,7 +37,7 @@ def retrieve(config_path, methods, k, question_paths, as_json):
     questions = [q for p in paths for q in load_questions(p, config.question_limits.limits())]
     settings = [{"method": m} for m in methods] or [
         {key: v for key, v in r.record().items() if key not in ("mode", "k")}
-        for r in config.retrieval if r.on] or [{"method": "bm25"}]
+        for r in config.retrieval if r.on] or [{}]  # the retriever settings' defaults
     for s in settings:
         resolve_settings(s)  # a misspelt --method stops here, before any index or model
     docs = load_corpus(config.corpus)
