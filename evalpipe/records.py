@@ -399,6 +399,7 @@ class RecordedConfig(_Read):
     models: list[str | ModelRef] | None = None
     match: str | None = None
     k: Annotated[int, Field(ge=1)] | None = None
+    judge: dict[str, Any] | None = None  # the judge section, read again by `evalpipe judge`
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump(exclude_unset=True)

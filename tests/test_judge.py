@@ -444,6 +444,20 @@ def test_the_judge_is_a_config_section_named_like_a_model(tmp_path):
     assert result.exit_code == 2 and "nothing to do" in result.output
 
 
+def test_a_runs_own_judge_is_read_from_its_manifest(tmp_path):
+    """Without --judge or --model, the judge is the run's config's, read through the
+    manifest's type and checked as any judge section (here: a misspelt backend)."""
+    (tmp_path / "manifest.json").write_text(json.dumps({
+        "run_id": "r", "config": {"judge": {"model": {"id": "m", "backend": "openaj"}}}}))
+    result = CliRunner().invoke(main, ["judge", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "manifest.json" in result.output
+    assert "unknown backend 'openaj' (did you mean openai?)" in result.output
+    (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "r", "config": {}}))
+    result = CliRunner().invoke(main, ["judge", str(tmp_path)])
+    assert result.exit_code == 2 and "no judge given" in result.output
+
+
 # --- the exit code of `evalpipe judge` (the real command, in a process of its own) -------
 
 def _judge_cli(tmp_path, store, respond, **extra):

@@ -27,7 +27,7 @@ def _settings(judge_file: str | None, model: str | None, run_dir: str | None):
     elif run_dir:
         from evalpipe.store import RunStore
 
-        section = RunStore(run_dir).read_manifest().config.as_dict().get("judge")
+        section = RunStore(run_dir).read_manifest().config.judge
         source = f"{run_dir}/manifest.json"
     if section:
         return parse_config({"questions": ["-"], "judge": section}, source=source).judge
