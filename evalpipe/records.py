@@ -412,6 +412,7 @@ class CellSettings(_Read):
     format: str | None = None
     toolset: str | None = None
     retrieval: dict[str, Any] | None = None
+    dtype: str | None = None  # the weights' dtype, where the backend has one
 
 
 class CellRecord(_Read):

@@ -151,7 +151,8 @@ class RunPlan:
             "generation": config.generation.to_dict(), "k": k,
             "format_effective": cell.format if (cell.format != "native"
                                                 or backend.template_supports_tools) else "hermes",
-            "dtype": facts.get("dtype"),
+            # as text, as the manifest writes it, whatever a backend's facts hold
+            "dtype": None if facts.get("dtype") is None else str(facts["dtype"]),
         }
         return CellRuntime(
             cell_id=cell.id, fingerprint=self.fingerprint(cell, facts, schemas),

@@ -122,3 +122,25 @@ def test_engine_facts_change_no_fingerprint_and_no_cache_key():
     assert plan.fingerprint(cell, facts, []) != \
         plan.fingerprint(cell, {**facts, "model_id": "n"}, [])
     assert GenerationCache.model_key(facts) == GenerationCache.model_key(other)
+
+
+def test_a_dtype_that_is_not_text_is_recorded_as_text():
+    """A backend's facts may hold a dtype object (torch's, say): the cell's settings
+    record it as the manifest writes it, as text, and the manifest's type reads it."""
+    from helpers import ScriptedBackend
+
+    from evalpipe.config import parse_config
+    from evalpipe.records import CellSettings
+    from evalpipe.runplan import RunPlan
+
+    class Dtype:
+        def __str__(self) -> str:
+            return "float8"
+
+    config = parse_config({"name": "t", "questions": ["q.jsonl"], "models": [{"id": "m"}]})
+    plan = RunPlan(config, [], config.cells(), None)
+    backend = ScriptedBackend(lambda prompt: "4")
+    for facts, recorded in (({"dtype": Dtype()}, "float8"), ({}, None)):
+        settings = plan.runtime(plan.cells[0], backend, facts).settings
+        assert settings["dtype"] == recorded
+        assert CellSettings.model_validate(settings).dtype == recorded

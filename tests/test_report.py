@@ -374,3 +374,19 @@ def test_a_run_records_each_cells_facets_in_its_manifest(tmp_path, scripted, mon
     [cell] = manifest["cells"].values()
     assert cell["facets"] == {"model": "m", "format": "hermes", "toolset": "none",
                               "retrieval": "none", "method": None}
+
+
+def test_a_cells_dtype_comes_from_its_recorded_settings_where_the_facts_have_none(tmp_path):
+    """A backend that reports no dtype (a server) leaves the one its entry asked for,
+    recorded with the cell's settings, read through the manifest's type."""
+    from evalpipe._report.load import RunData, model_engine
+    from evalpipe.records import CellRecord, CellSettings, Manifest, RecordedConfig
+
+    manifest = Manifest(run_id="r", config=RecordedConfig(), cells={
+        "asked": CellRecord(settings=CellSettings(dtype="bfloat16"), model={"backend": "x"}),
+        "ran": CellRecord(settings=CellSettings(dtype="bfloat16"), model={"dtype": "float32"}),
+        "silent": CellRecord(model={})})
+    run = RunData(tmp_path, manifest, {}, [], {"run_id": "r", "scorer_version": None,
+                                               "groups": [], "samples": []})
+    assert [model_engine(run, c)["dtype"] for c in ("asked", "ran", "silent")] == [
+        "bfloat16", "float32", None]

@@ -162,7 +162,7 @@ def model_engine(run: RunData, cell_id: str) -> dict[str, Any]:
     model = info.model or {}
     engine = model.get("engine")
     engine = engine if isinstance(engine, dict) else {}
-    return {"dtype": model.get("dtype") or info.settings_dict().get("dtype"),
+    return {"dtype": model.get("dtype") or (info.settings.dtype if info.settings else None),
             "activations": model.get("activations"),
             "path": engine.get("path"), "linear": engine.get("linear"),
             "resident_bytes": engine.get("resident_bytes")}
