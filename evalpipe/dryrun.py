@@ -27,7 +27,7 @@ from evalpipe.config import RunConfig
 from evalpipe.engine import Engine
 from evalpipe.errors import InputError, ModelUnavailableError
 from evalpipe.probe import PROBE_FILE
-from evalpipe.records import CellRecord, Generation, Manifest
+from evalpipe.records import CellRecord, Generation, Manifest, ModelRef
 from evalpipe.runplan import RunPlan
 from evalpipe.store import RunStore, machine, read_run_file
 
@@ -117,9 +117,8 @@ def _manifests(out_root: Path) -> list[tuple[Path, Manifest]]:
 
 
 def _cells_of(manifest: Manifest, model: ModelEntry) -> list[CellRecord]:
-    recorded = model.record()
-    return [c for c in manifest.cells.values()
-            if c.settings_dict().get("model") == recorded]
+    recorded = ModelRef.model_validate(model.record())  # the entry as a cell records it
+    return [c for c in manifest.cells.values() if c.settings and c.settings.model == recorded]
 
 
 def _seconds(stamp: str) -> float:
