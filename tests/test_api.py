@@ -57,7 +57,7 @@ def test_a_runs_scores_are_read_through_their_type(tmp_path):
     assert RunResult(tmp_path).scores == fits
     (tmp_path / "scores.json").write_text(json.dumps({**fits, "samples": 3}))
     with pytest.raises(InputError) as err:
-        RunResult(tmp_path).scores
+        _ = RunResult(tmp_path).scores
     assert err.value.file == str(tmp_path / "scores.json") and "samples" in str(err.value)
 
 
