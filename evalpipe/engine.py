@@ -23,7 +23,7 @@ from evalpipe.formats.base import Format
 from evalpipe.identity import request_hash, request_key
 from evalpipe.prompts import BlockWriter
 from evalpipe.questions import Question
-from evalpipe.records import Generation, ParseResult, Sample, ToolCall, Turn
+from evalpipe.records import DEFAULT_K, Generation, ParseResult, Sample, ToolCall, Turn
 from evalpipe.tools.registry import Toolset, result_text
 from evalpipe.tools.schema_only import schema_tool
 
@@ -62,7 +62,7 @@ class CellRuntime:
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     final_answer_line: bool = False  # ask for a last line "Answer: ..." in the question's language
     retrieve: Callable[[str, int], list[dict[str, Any]]] | None = None  # prepend mode
-    k: int = 3
+    k: int = DEFAULT_K
     repeat: int = 0  # which repeat of the cell this is; `generation` holds its seed
     question_tools: bool = True  # offer each question's own schema-only tools
     call_only: bool = True  # a question with its own tools ends after the first reply

@@ -314,6 +314,11 @@ class ScoredSample(TypedDict):
     scorer_error: NotRequired[str]  # the scorer failed on this sample (category scorer_error)
 
 
+# k where a config sets none: chunks per query, and the cut-off of the retrieval metrics (a
+# run whose config and scores record no k was made with it)
+DEFAULT_K = 3
+
+
 # -- scores.json ---------------------------------------------------------------------------------
 
 @with_config(READ)

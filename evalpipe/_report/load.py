@@ -9,7 +9,15 @@ from typing import Any
 
 from evalpipe.errors import InputError
 from evalpipe.questions import Question
-from evalpipe.records import CellRecord, Manifest, ModelRef, SampleRecord, ScoredSample, Scores
+from evalpipe.records import (
+    DEFAULT_K,
+    CellRecord,
+    Manifest,
+    ModelRef,
+    SampleRecord,
+    ScoredSample,
+    Scores,
+)
 from evalpipe.store import RunStore, read_scores, require_finished
 
 
@@ -34,7 +42,7 @@ class RunData:
 
     @property
     def k(self) -> int:
-        return int(self.scores.get("k") or 3)
+        return int(self.scores.get("k") or DEFAULT_K)
 
     def cells(self) -> list[str]:
         """Cell ids in manifest order, then any that only appear in the scores."""

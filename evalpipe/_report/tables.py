@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalpipe._report.escape import md
-from evalpipe.records import Scores
+from evalpipe.records import DEFAULT_K, Scores
 from evalpipe.scoring.categories import DISPLAY_ORDER as CATEGORY_ORDER
 
 
@@ -32,7 +32,7 @@ def markdown_table(header: list[Any], rows: list[list[Any]]) -> str:
 def score_table(scores: Scores) -> str:
     """Markdown: per cell, exact match, format validity, plan match, tool calls per
     question, recall@k, category counts."""
-    k = scores.get("k", 3)
+    k = scores.get("k", DEFAULT_K)
     overall = [g for g in scores["groups"] if g["suite"] == "all"]
     categories = [c for c in CATEGORY_ORDER if any(g["categories"].get(c) for g in overall)]
     header = ["cell", "n", "exact match", "format valid", "plan match", "calls/q",

@@ -16,6 +16,7 @@ from typing import Any
 
 from evalpipe.corpus import Chunk
 from evalpipe.questions import Question
+from evalpipe.records import DEFAULT_K
 from evalpipe.retrieval import RETRIEVERS, build_retriever, resolve_settings
 from evalpipe.scoring.retrieval_metrics import retrieval_scores
 
@@ -60,7 +61,7 @@ def _row(label: str, lang: str, k: int, scores: list[dict[str, float]]) -> dict[
 
 
 def evaluate_retrievers(questions: Sequence[Question], chunks: list[Chunk],
-                        methods: Sequence[dict[str, Any]], k: int = 3,
+                        methods: Sequence[dict[str, Any]], k: int = DEFAULT_K,
                         mrr_depth: int = 100,
                         group: Callable[[Question], str] | None = None) -> list[dict[str, Any]]:
     """Rows of retrieval scores per method x language ("all" first, then by language).

@@ -27,7 +27,7 @@ from typing import Any
 from evalpipe import jsonl
 from evalpipe.errors import InputError
 from evalpipe.questions import parse_question
-from evalpipe.records import ScoredSample
+from evalpipe.records import DEFAULT_K, ScoredSample
 from evalpipe.scoring.answers.match import VARIANTS, make_gold, match_answer
 from evalpipe.scoring.score import echoes_tool_error, score_sample
 
@@ -191,7 +191,8 @@ def rescore(row: dict[str, Any]) -> ScoredSample:
     """The current scorer's verdict on a labelled sample (no model: the record holds it)."""
     question = parse_question(row["question_record"], file=str(TRANSCRIPTS), line=0)
     sample = row["sample"]
-    return score_sample(sample, question, k=int((sample.get("settings") or {}).get("k") or 3))
+    k = (sample.get("settings") or {}).get("k") or DEFAULT_K
+    return score_sample(sample, question, k=int(k))
 
 
 def _plan_verdict(scored: ScoredSample) -> bool | None:

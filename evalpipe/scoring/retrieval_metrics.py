@@ -15,6 +15,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from evalpipe.records import DEFAULT_K
+
 Span = tuple[str, int, int]
 
 
@@ -50,7 +52,7 @@ def _ordered(ranked: Sequence[Any]) -> list[Any]:
     return items
 
 
-def retrieval_scores(ranked: Sequence[Any], gold: Sequence[Any], k: int = 3
+def retrieval_scores(ranked: Sequence[Any], gold: Sequence[Any], k: int = DEFAULT_K
                      ) -> dict[str, float] | None:
     """recall@k, hit@k, MRR and nDCG@k of one ranked list against gold spans.
 

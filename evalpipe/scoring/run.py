@@ -9,6 +9,7 @@ from evalpipe.errors import InputError
 from evalpipe.identity import sample_key
 from evalpipe.questions import Question
 from evalpipe.records import (
+    DEFAULT_K,
     SCHEMA_VERSION,
     GroupRecord,
     Manifest,
@@ -24,7 +25,6 @@ from evalpipe.scoring.plan import RULE_SETS
 from evalpipe.scoring.score import SCORER_VERSION, score_sample
 
 MAX_ERROR_CHARS = 300
-DEFAULT_K = 3  # the retrieval metrics' cut-off of a run whose config records none
 
 
 def unscored(sample: SampleRecord, question: Question, exc: Exception) -> ScoredSample:

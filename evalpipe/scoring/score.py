@@ -12,7 +12,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from evalpipe.questions import Question
-from evalpipe.records import SCHEMA_VERSION, SampleRecord, ScoredSample, ScoredWhy, TurnRecord
+from evalpipe.records import (
+    DEFAULT_K,
+    SCHEMA_VERSION,
+    SampleRecord,
+    ScoredSample,
+    ScoredWhy,
+    TurnRecord,
+)
 from evalpipe.scoring.answers.extract import detect_language
 from evalpipe.scoring.answers.match import AnswerMatch, Gold, make_gold, match_answer
 from evalpipe.scoring.answers.normalize import contains_phrase, text_key
@@ -371,7 +378,7 @@ def apply_judgement(m: AnswerMatch, judgement: dict[str, Any] | None
     return m, "rules" if m.decided else "rules_undecided"
 
 
-def score_sample(sample: SampleRecord, question: Question, k: int = 3,
+def score_sample(sample: SampleRecord, question: Question, k: int = DEFAULT_K,
                  rules: str = "evalpipe", judgement: dict[str, Any] | None = None
                  ) -> ScoredSample:
     """Score one sample against its question; `rules`: the argument rule set of the
