@@ -734,3 +734,59 @@ def test_browser_lists_the_runs_and_warns_of_each_damaged_one(damaged_outputs):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_browser_a_run_deleted_while_open_says_it_is_gone(tmp_path):
+    """The run page open in Chromium, the run's folder deleted, the page loaded again: it
+    says the run is no longer there (the API's 404). Before, the API answered 500 and the
+    page showed a server error."""
+    import shutil
+
+    for name in ("keep", "gone"):
+        _finish(write_run(tmp_path / name, samples_a(name), run_id=name),
+                "2025-01-01T10:00:00+0000")
+    srv = ViewServer(Outputs(tmp_path), port=0)
+    srv.start()
+    try:
+        # the reload's failed load is logged by the browser: a 404, never a 500
+        with browser_page(srv, allowed_errors=("404 (Not Found)",)) as page:
+            page.goto(srv.url + "#/run/gone")
+            page.wait_for_selector("#sample-body tr.sample-row")
+            shutil.rmtree(tmp_path / "gone")
+            page.reload()
+            expect(page.locator("p.error")).to_contain_text(
+                "no run 'gone' in this outputs folder (deleted?)")
+            assert page.locator("#sample-body tr.sample-row").count() == 0
+            assert "Traceback" not in page.locator("#main").inner_text()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_browser_opens_the_cli_on_0_0_0_0_through_the_machines_address(outputs):
+    """`evalpipe view --host 0.0.0.0`, the real command, opened in Chromium through this
+    machine's own address, as another machine opens it: the list and a run page load.
+    Before, every request through that address was refused (421)."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    ip = _machine_address()
+    if ip is None:
+        pytest.skip("this machine has no address but loopback")
+    proc = subprocess.Popen([sys.executable, "-m", "evalpipe", "view", str(outputs), "--host",
+                             "0.0.0.0", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline().split()[2].rstrip("/").rsplit(":", 1)[1])
+        site = SimpleNamespace(url=f"http://{ip}:{port}/")
+        with browser_page(site) as page:
+            page.goto(site.url)
+            page.wait_for_selector("table.runs tbody tr")
+            assert page.locator("table.runs tbody tr").count() == 3
+            page.goto(site.url + "#/run/run-a")
+            page.wait_for_selector("#sample-body tr.sample-row")
+            assert page.locator("#sample-body tr.sample-row").count() == 12
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
