@@ -315,6 +315,31 @@ def test_report_to_a_file_never_fails_on_a_lone_surrogate(tmp_path, fmt):
     assert ("\\textbackslash{}ud800" if fmt == "latex" else "\\ud800") in written
 
 
+@pytest.mark.parametrize("fmt", ["csv", "md"])
+def test_the_report_command_writes_ids_and_suites_as_data(tmp_path, fmt):
+    """`evalpipe report`, the real command: model ids starting with `=` and `-` and a
+    suite starting with `+` reach no CSV cell as a formula, and the `|` and newline in
+    them leave every Markdown row whole (before, they were written raw: formulas in the
+    CSV, rows split in the Markdown)."""
+    path = make_hostile_run(tmp_path / "run-h")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    res = subprocess.run([sys.executable, "-m", "evalpipe", "report", str(path), "--format",
+                          fmt, "--allow-partial", "--out", str(tmp_path / f"r.{fmt}")],
+                         capture_output=True, text=True, env=env, check=False)
+    assert res.returncode == 0, res.stderr
+    written = (tmp_path / f"r.{fmt}").read_text(encoding="utf-8")
+    if fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(written)))
+        formulas = [cell for row in rows for cell in row.values()
+                    if cell.startswith(FORMULA) and not re.fullmatch(r"-?[\d.e-]+", cell)]
+        assert rows and formulas == []
+        assert {row["cell_id"] for row in rows} == {"'" + CELL_A, "'" + _visible(CELL_B)}
+        assert {row["suite"] for row in rows} == {"'" + SUITE, "all"}
+    else:
+        shown = {cell for row in _check_markdown(written) for cell in row}
+        assert {CELL_A, _visible(CELL_B), SUITE} <= shown
+
+
 # -- plots ----------------------------------------------------------------------------------
 
 def test_plot_labels_are_drawn_as_written(data, monkeypatch):
