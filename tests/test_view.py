@@ -737,9 +737,10 @@ def test_browser_lists_the_runs_and_warns_of_each_damaged_one(damaged_outputs):
 
 
 def test_browser_a_run_deleted_while_open_says_it_is_gone(tmp_path):
-    """The run page open in Chromium, the run's folder deleted, the page loaded again: it
-    says the run is no longer there (the API's 404). Before, the API answered 500 and the
-    page showed a server error."""
+    """The run page open in Chromium, then the run's folder deleted: opening a transcript
+    says that sample is not found, and loading the page again says the run is gone (the
+    API's 404s). Before, the transcript was a 500 (FileNotFoundError) shown as an internal
+    error."""
     import shutil
 
     for name in ("keep", "gone"):
@@ -748,11 +749,13 @@ def test_browser_a_run_deleted_while_open_says_it_is_gone(tmp_path):
     srv = ViewServer(Outputs(tmp_path), port=0)
     srv.start()
     try:
-        # the reload's failed load is logged by the browser: a 404, never a 500
+        # each failed load is logged by the browser: a 404, never a 500
         with browser_page(srv, allowed_errors=("404 (Not Found)",)) as page:
             page.goto(srv.url + "#/run/gone")
             page.wait_for_selector("#sample-body tr.sample-row")
             shutil.rmtree(tmp_path / "gone")
+            page.locator("#sample-body tr.sample-row").first.click()
+            expect(page.locator("p.error")).to_contain_text("not found: samples/0 of run 'gone'")
             page.reload()
             expect(page.locator("p.error")).to_contain_text(
                 "no run 'gone' in this outputs folder (deleted?)")
