@@ -145,6 +145,9 @@ def test_a_run_resumed_where_the_kernels_cannot_be_built_is_the_same_run(
     killed = run_signalled(signal.SIGKILL, "--config", str(config), "--out",
                            str(tmp_path / "o"), "--no-cache", env=isolated_env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
+    if "the panel_linear kernel did not build" in killed.stderr:  # cold cache, slow build
+        pytest.skip("the killed run's linear kernel did not build either: both processes "
+                    "multiply alike, so this run cannot tell a fingerprint that flips")
     (run,) = [p for p in (tmp_path / "o").iterdir() if p.name != "latest"]
     written = len(samples_of_tolerant(run / "samples.jsonl"))
     assert 0 < written < 24
