@@ -10,7 +10,9 @@ Parts, in this order (each prints its own table):
   one conversation at a time (bench_engine.py, the dtypes and sides alternating);
 - sizes: configs/sizes.yaml run whole in both dtypes, alternating, without the
   generation cache, each under `/usr/bin/time -v`: wall time and peak memory (the
-  largest resident set of the run);
+  largest resident set of the run); then the first round's two runs compared reply
+  for reply and verdict for verdict (`dtype_agreement.py --runs`). `--keep DIR`
+  keeps the runs (`DIR/<dtype>-<round>/latest`), for a report or a re-count;
 - peers: W1, W2 and W4 against vLLM's CPU build at float32 and bfloat16 and
   llama.cpp's server on the 4-bit file (bench_peers.py), every system twice,
   alternating.
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -91,7 +92,8 @@ def sizes(args) -> None:
         print("\nsizes: /usr/bin/time is not installed (apt-get install time): not run")
         return
     results: dict[str, list[tuple[float, float, float, float]]] = {d: [] for d in DTYPES}
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.keep or tmp
         for rnd in range(args.repeats):
             for dtype in DTYPES:
                 before = load_now()
@@ -102,7 +104,9 @@ def sizes(args) -> None:
                 results[dtype].append((wall, peak, before, load_now()))
                 print(f"sizes {dtype}, round {rnd + 1}: {wall:.0f} s, peak {peak:.2f} GiB",
                       flush=True)
-        shutil.rmtree(out, ignore_errors=True)
+        # How the replies and verdicts of the two dtypes compare (the first round's runs).
+        child([sys.executable, "bench/dtype_agreement.py", "--runs",
+               *(f"{out}/{dtype}-0/latest" for dtype in DTYPES)])
     print("\n| sizes job | wall s, median (range) | peak memory GiB, median (range) | load "
           "before -> after |\n|---|---|---|---|")
     for dtype, rows in results.items():
@@ -128,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default="W1:48,W2:16,W4:8",
                     help="bench_peers.py's workloads (the sizes measured before)")
     ap.add_argument("--vllm-concurrency", default="48")
+    ap.add_argument("--keep", default=None, metavar="DIR",
+                    help="keep the sizes runs in DIR (default: a temporary folder, removed)")
     args = ap.parse_args(argv)
     parts = args.parts.split(",")
     unknown = set(parts) - set(PARTS)

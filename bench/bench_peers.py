@@ -200,9 +200,12 @@ def clamp(spec: str, n: int) -> list[int]:
 
 def vllm_levels(args: argparse.Namespace, n: int) -> list[peer_runs.Level]:
     """Every --vllm-concurrency level with streaming off (its best), and the levels
-    of --vllm-stream-on with streaming on (evalpipe's default for a server)."""
+    of --vllm-stream-on with streaming on (evalpipe's default for a server; "none":
+    no streaming rows)."""
     off = [peer_runs.Level(c, False) for c in clamp(args.vllm_concurrency, n)]
     on_spec = args.vllm_stream_on or str(max(lv.concurrency for lv in off))
+    if on_spec == "none":
+        return off
     return off + [peer_runs.Level(c, True) for c in clamp(on_spec, n)]
 
 
@@ -256,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm-concurrency", default="64,160",
                     help="levels run with streaming off, each a row")
     ap.add_argument("--vllm-stream-on", default=None,
-                    help="levels run with streaming on (default: the highest level)")
+                    help="levels run with streaming on (default: the highest level; "
+                         "'none': no streaming rows)")
     ap.add_argument("--vllm-kv-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE")
     ap.add_argument("--dtypes", default="float32",
                     help="comma-separated weights dtypes evalpipe and vLLM run at, each a "

@@ -192,6 +192,9 @@ def test_concurrency_levels():
     assert [(lv.concurrency, lv.stream) for lv in levels] == [(64, False), (160, False),
                                                               (160, True)]
     assert levels[2].row("vllm") == "vllm c160 stream on"
+    args.vllm_stream_on = "none"
+    assert [(lv.concurrency, lv.stream) for lv in bench_peers.vllm_levels(args, 160)] == [
+        (64, False), (160, False)]
 
 
 def test_each_system_at_its_best_against_the_other_at_its_best():
