@@ -180,7 +180,7 @@ def runtime(backend, w: Workload, batch_size: int | None = None):
         cell_id=w.name, fingerprint=w.name, settings={}, backend=backend,
         fmt=get_format("hermes"), toolset=build_toolset(w.toolset),
         generation=GenerationSettings(max_new_tokens=w.max_new_tokens,
-                                      batch_size=batch_size or GenerationSettings.batch_size),
+                                      **({"batch_size": batch_size} if batch_size else {})),
         max_turns=w.max_turns, retrieve=w.retrieve, k=3)
 
 

@@ -245,3 +245,15 @@ def test_the_dtype_run_reads_wall_time_and_peak_memory_from_time_v():
     assert bench_dtypes.time_v(hours)[0] == 3723.5
     with pytest.raises(ValueError):
         bench_dtypes.time_v("no report")
+
+
+def test_a_workload_runtime_takes_the_batch_cap_asked_for_or_a_run_s_default():
+    """bench_peers runs evalpipe with the batch cap a user's run gets unless told one."""
+    from workloads import build, runtime
+
+    from evalpipe.backends.base import GenerationSettings
+
+    w = build("W1", 2, 8)
+    assert runtime(None, w).generation.batch_size == GenerationSettings().batch_size
+    assert runtime(None, w, 16).generation.batch_size == 16
+    assert runtime(None, w).generation.max_new_tokens == 8
