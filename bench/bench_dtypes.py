@@ -94,7 +94,11 @@ def sizes(args) -> None:
     results: dict[str, list[tuple[float, float, float, float]]] = {d: [] for d in DTYPES}
     with tempfile.TemporaryDirectory() as tmp:
         out = args.keep or tmp
-        for rnd in range(args.repeats):
+        rounds = args.sizes_repeats or args.repeats
+        if rounds < 2:
+            print("one run of each dtype (--sizes-repeats 1): no range; another such "
+                  "invocation gives the second alternating round", flush=True)
+        for rnd in range(rounds):
             for dtype in DTYPES:
                 before = load_now()
                 text = child(["/usr/bin/time", "-v", sys.executable, "-m", "evalpipe", "run",
@@ -132,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default="W1:48,W2:16,W4:8",
                     help="bench_peers.py's workloads (the sizes measured before)")
     ap.add_argument("--vllm-concurrency", default="48")
+    ap.add_argument("--sizes-repeats", type=int, default=None,
+                    help="rounds of the sizes part (default --repeats; 1 where a round takes "
+                         "too long for two in one sitting)")
     ap.add_argument("--keep", default=None, metavar="DIR",
                     help="keep the sizes runs in DIR (default: a temporary folder, removed)")
     args = ap.parse_args(argv)
@@ -140,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or args.repeats < 2:
         ap.error(f"unknown part(s) {', '.join(sorted(unknown))}" if unknown
                  else "--repeats must be at least 2: one run of each side is not a result")
+    if args.sizes_repeats is not None and args.sizes_repeats < 1:
+        ap.error("--sizes-repeats must be at least 1")
     started = time.time()
     machine("at the start")
     for part in parts:
