@@ -689,6 +689,21 @@ def test_an_ipv6_address_is_served(outputs):
 def test_the_cli_on_0_0_0_0_serves_other_machines_and_warns(outputs):
     """`evalpipe view --host 0.0.0.0`, the real command: reachable through the machine's
     own address, forged names refused, and the no-login warning printed."""
+    with _view_cli_on_every_address(outputs) as (ip, port, first, err):
+        assert first.startswith("evalpipe view: http://0.0.0.0:"), first
+        with urllib.request.urlopen(f"http://{ip}:{port}/api/runs", timeout=60) as res:
+            assert res.status == 200
+            assert {r["id"] for r in json.loads(res.read())["runs"]} == {
+                "run-a", "run-b", "run-live"}
+        assert ask(port, f"evil.example:{port}", address=ip) == 421
+    assert "warning: the viewer has no login" in err[0]
+
+
+@contextlib.contextmanager
+def _view_cli_on_every_address(outputs):
+    """The real `evalpipe view OUTPUTS --host 0.0.0.0` on a free port: yields this
+    machine's own address, the port, the first line printed, and a list that holds the
+    command's stderr once it has stopped (skips where the machine has only loopback)."""
     import subprocess
     import sys
 
@@ -698,19 +713,13 @@ def test_the_cli_on_0_0_0_0_serves_other_machines_and_warns(outputs):
     proc = subprocess.Popen([sys.executable, "-m", "evalpipe", "view", str(outputs), "--host",
                              "0.0.0.0", "--port", "0"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    err: list[str] = []
     try:
         first = proc.stdout.readline()
-        assert first.startswith("evalpipe view: http://0.0.0.0:"), first
-        port = int(first.split()[2].rstrip("/").rsplit(":", 1)[1])
-        with urllib.request.urlopen(f"http://{ip}:{port}/api/runs", timeout=60) as res:
-            assert res.status == 200
-            assert {r["id"] for r in json.loads(res.read())["runs"]} == {
-                "run-a", "run-b", "run-live"}
-        assert ask(port, f"evil.example:{port}", address=ip) == 421
+        yield ip, int(first.split()[2].rstrip("/").rsplit(":", 1)[1]), first, err
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=60)
-    assert "warning: the viewer has no login" in err
+        err.append(proc.communicate(timeout=60)[1])
 
 
 def test_browser_lists_the_runs_and_warns_of_each_damaged_one(damaged_outputs):
@@ -770,18 +779,9 @@ def test_browser_opens_the_cli_on_0_0_0_0_through_the_machines_address(outputs):
     """`evalpipe view --host 0.0.0.0`, the real command, opened in Chromium through this
     machine's own address, as another machine opens it: the list and a run page load.
     Before, every request through that address was refused (421)."""
-    import subprocess
-    import sys
     from types import SimpleNamespace
 
-    ip = _machine_address()
-    if ip is None:
-        pytest.skip("this machine has no address but loopback")
-    proc = subprocess.Popen([sys.executable, "-m", "evalpipe", "view", str(outputs), "--host",
-                             "0.0.0.0", "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        port = int(proc.stdout.readline().split()[2].rstrip("/").rsplit(":", 1)[1])
+    with _view_cli_on_every_address(outputs) as (ip, port, _, _):
         site = SimpleNamespace(url=f"http://{ip}:{port}/")
         with browser_page(site) as page:
             page.goto(site.url)
@@ -790,6 +790,3 @@ def test_browser_opens_the_cli_on_0_0_0_0_through_the_machines_address(outputs):
             page.goto(site.url + "#/run/run-a")
             page.wait_for_selector("#sample-body tr.sample-row")
             assert page.locator("#sample-body tr.sample-row").count() == 12
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=60)
