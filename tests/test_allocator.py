@@ -64,3 +64,25 @@ def test_more_than_a_gibibyte_freed_at_once_is_kept():
     out = subprocess.run([sys.executable, "-c", _MANY], capture_output=True, text=True,
                          check=True, env={**os.environ, "EVALPIPE_KEEP_MEMORY": "1"})
     assert float(out.stdout.split()[0]) < 64
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's madvise")
+def test_only_a_mapped_files_pages_are_let_go_and_they_read_back_the_same(tmp_path):
+    """A weight's pages of its mapped file are dropped and read again from the file when
+    touched; anonymous memory (a weight the load converted, a tensor computed) is never
+    dropped, since that would lose it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from evalpipe.backends.local import allocator
+    from tests import helpers
+
+    helpers.tiny_llama(hidden_size=256, intermediate_size=1024).save_pretrained(tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    weight = model.model.layers[0].mlp.up_proj.weight  # 1 MiB
+    copy = weight.detach().clone()
+    assert allocator.release_file_pages(weight, allocator.file_mappings()) >= 2**20 - 8192
+    assert torch.equal(weight, copy)
+    assert allocator.release_file_pages(copy, allocator.file_mappings()) == 0
+    assert torch.equal(weight, copy)
+    assert allocator.release_file_pages(weight, []) == 0  # in no mapping it was given

@@ -103,6 +103,12 @@ def fused_of(layer) -> Fused | None:
     return getattr(layer, ATTRIBUTE, None)
 
 
+def covered(layer) -> tuple[torch.nn.Linear, ...]:
+    """The five linears of `layer` that its fused products replace."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj
+
+
 def fuse(layer) -> int:
     """Give `layer` a forward on fused packed weights: q/k/v in one product, the MLP's
     silu(gate) * up in one gated product, each residual added as the o and down products
