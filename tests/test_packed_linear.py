@@ -90,7 +90,7 @@ def test_a_packed_model_keeps_nothing_of_its_weights_file(tmp_path, dtype):
 def _resident_of(path: str) -> int:
     """Bytes of the file at `path` resident in this process's mappings of it."""
     total, inside = 0, False
-    for line in open("/proc/self/smaps"):
+    for line in Path("/proc/self/smaps").read_text().splitlines():
         if line[0] in "0123456789abcdef" and "-" in line.split(maxsplit=1)[0]:
             inside = line.rstrip().endswith(path)  # a mapping's header line
         elif inside and line.startswith("Rss:"):
