@@ -65,7 +65,7 @@ def test_the_packed_copy_replaces_the_weights():
 def test_a_packed_model_keeps_nothing_of_its_weights_file(tmp_path, dtype):
     """A safetensors file is loaded as a mapping of the whole file; one tensor left viewing
     it (the embedding) kept every page read while packing resident beside the packed copy
-    (the 1.5B's 3.1 GB in bfloat16, counted in the sizes job's peak). Once packed, the
+    (the 1.5B's 3.6 GB in bfloat16, counted in the sizes job's peak). Once packed, the
     model's process holds no mapping of the file."""
     from transformers import AutoModelForCausalLM
 
@@ -103,7 +103,7 @@ def _resident_of(path: str) -> int:
 def test_packing_lets_go_of_each_weights_file_page_as_its_copy_is_made(tmp_path, dtype,
                                                                       monkeypatch):
     """Every page of the mapped file a weight was read from stayed resident while the
-    packed copy grew beside it (the 1.5B's 6.2 GB file in float32, counted in the sizes
+    packed copy grew beside it (the 1.5B's 7.1 GB file in float32, counted in the sizes
     job's peak). As packing reaches the output layer, the last linear it copies, the
     pages of the layers copied before it are no longer the process's."""
     from transformers import AutoModelForCausalLM

@@ -12,7 +12,7 @@ process then keeps its peak memory until it exits, which a run reaches anyway.
 `EVALPIPE_KEEP_MEMORY=0`, or a C library without mallopt, leaves malloc as it is.
 
 A safetensors load maps the whole file privately, and every page a weight is read
-from while packing stays resident until the mapping goes: the 1.5B's 6.2 GB file
+from while packing stays resident until the mapping goes: the 1.5B's 7.1 GB file
 in float32 was counted beside the packed copy growing from it (`release_file_pages`).
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
 
@@ -32,6 +33,11 @@ _TRIM = 2**31 - 1
 _kept = False
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
 def keep_freed_memory() -> bool:
     """Raise glibc's mmap and trim thresholds, once per process; True where it did."""
     global _kept  # noqa: PLW0603 -- a once-per-process switch of the C library
@@ -39,7 +45,7 @@ def keep_freed_memory() -> bool:
             or not sys.platform.startswith("linux"):
         return _kept
     try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+        mallopt = _libc().mallopt
     except (OSError, AttributeError):  # musl and others have no mallopt
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
@@ -81,6 +87,6 @@ def release_file_pages(tensor, mappings: list[tuple[int, int]]) -> int:
     low, high = -(-start // page) * page, end // page * page  # the pages only it covers
     if high <= low or not any(lo <= low and high <= hi for lo, hi in mappings):
         return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return high - low if libc.madvise(low, high - low, _MADV_DONTNEED) == 0 else 0
+    madvise = _libc().madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return high - low if madvise(low, high - low, _MADV_DONTNEED) == 0 else 0

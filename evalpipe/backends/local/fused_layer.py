@@ -118,15 +118,14 @@ def fuse(layer) -> int:
     from evalpipe.backends.local import packed_linear as pl
 
     attn, mlp = layer.self_attn, layer.mlp
-    projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+    *projections, gate, up = covered(layer)
     dim = attn.head_dim
     qkv = pl.pack(torch.cat([m.weight for m in projections]).detach())
     bias = None if attn.q_proj.bias is None else torch.cat([m.bias for m in projections]).detach()
     fused = Fused(qkv, bias, None, attn.q_proj.out_features // dim,
                   attn.k_proj.out_features // dim, dim)
     attn.q_proj = attn.k_proj = attn.v_proj = None
-    fused = Fused(fused.qkv, fused.bias, pl.pack_gated(mlp.gate_proj.weight.detach(),
-                                                        mlp.up_proj.weight.detach()),
+    fused = Fused(fused.qkv, fused.bias, pl.pack_gated(gate.weight.detach(), up.weight.detach()),
                   fused.heads, fused.kv_heads, dim)
     mlp.gate_proj = mlp.up_proj = None
     setattr(layer, ATTRIBUTE, fused)

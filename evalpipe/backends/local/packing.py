@@ -158,7 +158,7 @@ class PackedLinears:
             del linears, first
             # A weight read from a mapped file leaves its pages resident when it is freed:
             # they are dropped as its copy is made, so the file is not counted beside the
-            # packed copy (the 1.5B's 6.2 GB in float32).
+            # packed copy (the 1.5B's 7.1 GB in float32).
             mappings, held = allocator.file_mappings(), _held_elsewhere(model)
 
             def let_go(weights: list[torch.Tensor]) -> None:
@@ -199,7 +199,7 @@ def _own_memory(model) -> None:
     """Copy what is left of the model (the embedding, the norms, the biases) into the
     process's own memory. A safetensors file is loaded as a mapping of the whole file,
     and one tensor left viewing it keeps every page read while packing resident: the
-    1.5B's 3.1 GB file in bfloat16 (6.7 GB in float32) stayed counted beside its
+    1.5B's 3.6 GB file in bfloat16 (7.1 GB in float32) stayed counted beside its
     packed copy until the run's end (docs/speed.md)."""
     with torch.no_grad():
         for module in model.modules():
